@@ -1,0 +1,89 @@
+"""Public value types of the assignment layer: topic partitions, subscriptions, the assignor protocol.
+
+These are the records every assignor and the coordinator exchange (SPEC section 4). They are immutable and
+import nothing beyond the standard library, so the protocol's decisions stay testable with plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+__all__ = ["COOPERATIVE", "EAGER", "Assignment", "Assignor", "OffsetRange", "Subscription", "TopicPartition"]
+
+EAGER = "eager"
+COOPERATIVE = "cooperative"
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic; orders by (topic, partition)."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What a member asks for and what it holds now.
+
+    `owned_partitions` were assigned to the member in `generation` (-1 when unknown); sticky assignors use
+    them to keep partitions where they are, and the generation settles conflicting claims.
+    """
+
+    topics: Collection[str]
+    owned_partitions: Sequence[TopicPartition] = ()
+    generation: int = -1
+    rack: str | None = None
+
+
+Assignment = dict[str, list[TopicPartition]]
+"""member id -> sorted partitions; every member id is a key, an idle member maps to []."""
+
+
+@runtime_checkable
+class Assignor(Protocol):
+    """A stateless partition assignor: everything it needs is passed to `assign`."""
+
+    name: str
+    protocol: str  # EAGER or COOPERATIVE
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+    ) -> Assignment: ...
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """A consumed range [from_offset, until_offset) of one partition, as committed to the ledger.
+
+    `records` counts what reached the sink, `quarantined` what went to quarantine; a range with a
+    `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    records: int = 0
+    quarantined: int = 0
+    gap_reason: str | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def __post_init__(self) -> None:
+        if self.partition < 0:
+            raise ValueError(f"partition must be >= 0, got {self.partition} for topic {self.topic!r}")
+        if self.from_offset < 0 or self.until_offset < self.from_offset:
+            raise ValueError(
+                f"invalid offset range [{self.from_offset}, {self.until_offset}) for {self.topic}-{self.partition}"
+            )
+        if self.records < 0 or self.quarantined < 0:
+            raise ValueError(f"record counts must be >= 0 for {self.topic}-{self.partition}")
