@@ -1,0 +1,317 @@
+"""The group coordinator: Kafka's classic group protocol and offset ledger over a store, with injected time.
+
+Members (Dagster runs) are separate processes that call in; they hold no connection, so the join phase is
+asynchronous: `join` answers `JoinComplete` or `JoinPending` ("call again"), and every call first applies
+what the clock has made due. Each call is one transaction on one group (see `store`), so concurrent
+processes never interleave two steps on a group.
+
+Example:
+    >>> from assignment.clock import ManualClock
+    >>> from assignment.group_state import GroupConfig
+    >>> from assignment.memory_store import MemoryGroupStore
+    >>> from assignment.messages import JoinRequest
+    >>> from assignment.errors import MemberIdRequiredError
+    >>> config = GroupConfig(initial_rebalance_delay=0)
+    >>> coordinator = Coordinator(MemoryGroupStore(), clock=ManualClock(), config=config)
+    >>> _ = coordinator.report_topic_metadata("orders", {"orders": 4})
+    >>> request = JoinRequest(topics=["orders"], assignors=["range"], session_timeout=10)
+    >>> try:
+    ...     coordinator.join("orders", request)
+    ... except MemberIdRequiredError as needed:
+    ...     joined = coordinator.join("orders", request.with_member_id(needed.member_id))
+    >>> joined.generation, joined.is_leader
+    (1, True)
+    >>> [str(tp) for tp in coordinator.sync("orders", joined.member_id, joined.generation).assignment]
+    ['orders-0', 'orders-1', 'orders-2', 'orders-3']
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from assignment.clock import Clock, SystemClock
+from assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
+from assignment.ledger import decide_commit
+from assignment.messages import (
+    CommitRequest,
+    Decision,
+    HeartbeatResult,
+    JoinComplete,
+    JoinPending,
+    JoinRequest,
+    LedgerEntry,
+    SyncComplete,
+    SyncPending,
+)
+from assignment.names import validate_group_name, validate_instance_id, validate_topic_name
+from assignment.protocol import (
+    decide_delete,
+    decide_evict,
+    decide_expire,
+    decide_heartbeat,
+    decide_join,
+    decide_leave,
+    decide_metadata,
+    decide_sync,
+)
+from assignment.rebalance import Context, advance, default_assignor_resolver
+from assignment.store import GroupStore, HeadReader, SqlGroupStore
+from assignment.types import Assignor, OffsetRange, TopicPartition
+from assignment.views import GroupDescription, GroupListing, describe
+
+__all__ = ["Coordinator", "StandaloneLedger"]
+
+R = TypeVar("R")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _member_id(hint: str | None) -> str:
+    """Kafka-style member id: '<client or instance>-<uuid>'."""
+    prefix = _UNSAFE.sub("-", hint or "member").strip("-")[:64] or "member"
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class Coordinator:
+    """Join, sync, heartbeat, leave, commit and fetch offsets, describe, list, delete, report metadata.
+
+    Every method that changes a group is one store transaction on that group and raises a typed
+    `CoordinatorError` on refusal; `describe_group` and `list_groups` only read (showing the lazily
+    advanced state without writing it), `expire` writes what the clock made due.
+
+    Args:
+        store: where groups and ledgers live (`SqlGroupStore`, or `MemoryGroupStore` for simulations).
+        clock: the time source (`SystemClock` by default; `ManualClock` in tests). Sensors use the same.
+        config: group settings (initial rebalance delay, session timeout bounds, max size).
+        assignors: resolves the elected assignor's name when the coordinator assigns for the leader
+            (the `assignment` registry by default).
+    """
+
+    def __init__(
+        self,
+        store: GroupStore,
+        *,
+        clock: Clock | None = None,
+        config: GroupConfig | None = None,
+        assignors: Callable[[str], Assignor] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.config = config if config is not None else GroupConfig()
+        self._assignors = assignors if assignors is not None else default_assignor_resolver
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
+        """A coordinator on a SQL store (`sqlite:///cohort.db`, `postgresql+psycopg://...`).
+
+        Example:
+            >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
+        """
+        return cls(SqlGroupStore.from_url(url), **kwargs)
+
+    def close(self) -> None:
+        """Release the store's resources."""
+        self.store.close()
+
+    # --------------------------------------------------------------------------------------- plumbing
+
+    def _context(self, hint: str | None = None) -> Context:
+        return Context(
+            now=self.clock.now(), config=self.config, new_member_id=_member_id(hint), assignors=self._assignors
+        )
+
+    def _run(
+        self,
+        group: str,
+        decide: Callable[[GroupRecord | None, HeadReader, Context], Decision[R]],
+        hint: str | None = None,
+    ) -> Decision[R]:
+        validate_group_name(group)
+
+        def step(current: GroupRecord | None, heads: HeadReader) -> Decision[R]:
+            # The time is read after the group's lock is held, so steps are ordered as their clocks are.
+            return decide(current, heads, self._context(hint))
+
+        return self.store.transact(group, step)
+
+    # ---------------------------------------------------------------------------------------- protocol
+
+    def join(self, group: str, request: JoinRequest) -> JoinComplete | JoinPending:
+        """Join or rejoin `group`; answers `JoinComplete` or `JoinPending` (call again).
+
+        A dynamic member's first join raises MEMBER_ID_REQUIRED (`MemberIdRequiredError.member_id` is
+        the id to rejoin with). Other errors: INVALID_SESSION_TIMEOUT, INCONSISTENT_GROUP_PROTOCOL,
+        GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, INVALID_REQUEST.
+
+        Example:
+            >>> coordinator.join("orders", JoinRequest(member_id=mid, topics=["orders"]))  # doctest: +SKIP
+            JoinPending(member_id='member-…', state=<GroupState.PREPARING_REBALANCE: ...>, ...)
+        """
+        if request.instance_id is not None:
+            validate_instance_id(request.instance_id)
+        for topic in request.topics:
+            validate_topic_name(topic)
+        if isinstance(request.topics, str):
+            raise TypeError("JoinRequest.topics must be a collection of topic names, not a string")
+        hint = request.instance_id or request.client_id
+        return self._run(group, lambda g, _h, ctx: decide_join(g, group, request, ctx), hint).result()
+
+    def sync(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        *,
+        instance_id: str | None = None,
+        assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> SyncComplete | SyncPending:
+        """Fetch the member's assignment for `generation`; the leader submits `assignment` (or None to
+        have the coordinator run the elected assignor). Followers get `SyncPending` until the leader synced.
+
+        Errors: REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+        INVALID_REQUEST (bad leader assignment).
+        """
+        return self._run(
+            group, lambda g, _h, ctx: decide_sync(g, group, member_id, generation, instance_id, assignment, ctx)
+        ).result()
+
+    def heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        *,
+        instance_id: str | None = None,
+        progress: bool = False,
+    ) -> HeartbeatResult:
+        """Keep the member's session alive; `progress=True` also resets its progress deadline.
+
+        Raises REBALANCE_IN_PROGRESS when the member must rejoin, or UNKNOWN_MEMBER_ID /
+        ILLEGAL_GENERATION / FENCED_INSTANCE_ID when it lost its membership.
+        """
+        return self._run(
+            group, lambda g, _h, ctx: decide_heartbeat(g, group, member_id, generation, instance_id, progress, ctx)
+        ).result()
+
+    def leave(self, group: str, member_id: str, *, instance_id: str | None = None, reason: str = "leaving") -> None:
+        """Leave the group now; the rebalance starts without waiting for the session timeout."""
+        self._run(group, lambda g, _h, ctx: decide_leave(g, group, member_id, instance_id, reason, ctx)).result()
+
+    def evict_member(self, group: str, member_id: str, reason: str) -> None:
+        """Remove a member for an operator or sensor (e.g. its run failed) and start a rebalance."""
+        self._run(group, lambda g, _h, ctx: decide_evict(g, group, member_id, reason, ctx)).result()
+
+    def expire(self, group: str) -> tuple[GroupEvent, ...]:
+        """Persist what the clock made due (expired sessions and progress deadlines, a due join phase);
+        returns the events it caused. Sensors call it on each tick."""
+        return self._run(group, lambda g, _h, ctx: decide_expire(g, group, ctx)).events
+
+    def report_topic_metadata(self, group: str, partitions_per_topic: Mapping[str, int]) -> bool:
+        """Record the current partition counts of the topics the group subscribes to (for pattern
+        subscriptions, of every topic); returns True if that started a rebalance (a subscribed topic grew,
+        or a topic matching a pattern appeared or vanished)."""
+        for topic in partitions_per_topic:
+            validate_topic_name(topic)
+        counts = dict(partitions_per_topic)
+        return bool(self._run(group, lambda g, _h, ctx: decide_metadata(g, group, counts, ctx)).result())
+
+    def delete_group(self, group: str) -> None:
+        """Delete an Empty group and its ledger; NON_EMPTY_GROUP while it has members."""
+        self._run(group, lambda g, _h, ctx: decide_delete(g, group, ctx)).result()
+
+    # ------------------------------------------------------------------------------------------ ledger
+
+    def commit_offsets(
+        self,
+        group: str,
+        ranges: Sequence[OffsetRange],
+        *,
+        member_id: str | None = None,
+        generation: int = -1,
+        instance_id: str | None = None,
+        run_id: str | None = None,
+    ) -> tuple[LedgerEntry, ...]:
+        """Record consumed ranges for `member_id` in `generation`, all or nothing.
+
+        With `member_id=None` and `generation=-1` this is a standalone commit, accepted only while the
+        group is Empty (admin tools). Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID,
+        REBALANCE_IN_PROGRESS (CompletingRebalance), PARTITION_NOT_OWNED, NON_CONTIGUOUS_RANGE,
+        INVALID_OFFSET_RANGE.
+        """
+        for r in ranges:
+            validate_topic_name(r.topic)
+        request = CommitRequest(tuple(ranges), member_id, generation, instance_id, run_id)
+        partitions = sorted({r.topic_partition for r in ranges})
+
+        def decide(current: GroupRecord | None, heads: HeadReader, ctx: Context) -> Decision[tuple[LedgerEntry, ...]]:
+            return decide_commit(current, group, request, heads(partitions) if partitions else {}, ctx)
+
+        return self._run(group, decide).result()
+
+    def fetch_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The next offset to read per partition (None where nothing was committed)."""
+        validate_group_name(group)
+        return self.store.committed(group, [TopicPartition(tp[0], tp[1]) for tp in partitions])
+
+    def ledger_history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
+        """Every committed range of one partition, oldest first, with run id, member, generation, counts, time."""
+        validate_group_name(group)
+        return self.store.history(group, topic, partition)
+
+    def standalone_ledger(self, group: str, *, run_id: str | None = None) -> StandaloneLedger:
+        """An `OffsetLedger` committing as an Empty group's standalone client (generation -1)."""
+        validate_group_name(group)
+        return StandaloneLedger(self, group, run_id=run_id)
+
+    # ------------------------------------------------------------------------------------------- reads
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """State, generation, assignor, leader and members (session/progress deadlines, assignments) as of
+        now; a missing group is described as Dead. Reads only: the clock's due effects are shown, not written."""
+        validate_group_name(group)
+        return describe(self._current(group), group)
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every group with its state, generation and member count (as of now)."""
+        listings = []
+        for name in self.store.group_names():
+            record = self._current(name)
+            if record is not None:
+                listings.append(GroupListing(name, record.state, record.generation, len(record.members)))
+        return listings
+
+    def group_events(self, group: str, *, after: int = 0) -> list[tuple[int, GroupEvent]]:
+        """The group's recorded events (state transitions, members joining and leaving, generations,
+        assignments) with ids greater than `after`, oldest first: a cursor for sensors."""
+        validate_group_name(group)
+        return self.store.events(group, after)
+
+    def _current(self, group: str) -> GroupRecord | None:
+        record = self.store.load(group)
+        if record is None:
+            return None
+        return advance(Outcome(record), self._context()).group
+
+
+class StandaloneLedger:
+    """`OffsetLedger` of an Empty group for admin tools: commits with no member and generation -1.
+
+    Example:
+        >>> ledger = coordinator.standalone_ledger("orders")  # doctest: +SKIP
+        >>> ledger.commit([OffsetRange("orders", 0, 0, 100, records=100)])  # doctest: +SKIP
+    """
+
+    def __init__(self, coordinator: Coordinator, group: str, *, run_id: str | None = None) -> None:
+        self.coordinator = coordinator
+        self.group = group
+        self.run_id = run_id
+
+    def committed_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The next offset to read per partition."""
+        return self.coordinator.fetch_offsets(self.group, partitions)
+
+    def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
+        """Record `ranges` (refused with UNKNOWN_MEMBER_ID while the group has members)."""
+        self.coordinator.commit_offsets(self.group, ranges, run_id=run_id if run_id is not None else self.run_id)

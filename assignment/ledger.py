@@ -1,0 +1,195 @@
+"""The offset ledger (SPEC section 5): generation-fenced, contiguous committed ranges per partition.
+
+A commit carries the member, its generation and, per partition, the consumed range [from, until) with
+its record counts (`OffsetRange`). It is accepted only
+
+* from the partition's owner in the current generation (or as an Empty group's standalone commit), and
+* if each range starts where the partition's last committed range ended. The first range of a partition
+  may start anywhere: that is the offset the reset policy chose. A *gap* (records deleted by retention) is
+  committed as a range of its own, [last until, first available), with a `gap_reason` and no records, so
+  every partition's history stays contiguous with no hole and no overlap.
+
+A commit is all or nothing: one refused range refuses the whole call and changes nothing. Empty ranges
+(from == until) are accepted and not recorded. The committed offset of a partition is the `until` of its
+last range (the next offset to read).
+
+`OffsetLedger` is what the pipeline codes against (`GroupMember` and `StandaloneLedger` implement it);
+`OffsetMirror` is what resources/ implements to copy accepted commits to Kafka, called by the pipeline
+after a successful ledger commit; the coordinator never calls Kafka.
+
+Example:
+    >>> from assignment.types import OffsetRange, TopicPartition
+    >>> plan_ranges("g", {TopicPartition("t", 0): 10}, [OffsetRange("t", 0, 10, 25, records=15)])
+    {TopicPartition(topic='t', partition=0): 25}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Protocol, runtime_checkable
+
+from assignment.errors import (
+    CoordinatorError,
+    IllegalGenerationError,
+    InvalidOffsetRangeError,
+    NonContiguousRangeError,
+    PartitionNotOwnedError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from assignment.group_state import GroupRecord, GroupState
+from assignment.messages import CommitRequest, Decision, LedgerEntry
+from assignment.protocol import check_member, start
+from assignment.rebalance import Context
+from assignment.types import OffsetRange, TopicPartition
+
+__all__ = ["OffsetLedger", "OffsetMirror", "decide_commit", "plan_ranges"]
+
+
+@runtime_checkable
+class OffsetLedger(Protocol):
+    """Committed offsets of one group as a run sees them.
+
+    `committed_offsets` answers the next offset to read per partition (None if never committed).
+    `commit` records consumed ranges or raises a typed `CoordinatorError`: ILLEGAL_GENERATION,
+    UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS, PARTITION_NOT_OWNED, or a `LedgerError`
+    such as NON_CONTIGUOUS_RANGE (with `.partition`, `.expected`, `.given`).
+
+    Example:
+        >>> def plan(ledger: OffsetLedger, partitions):
+        ...     return {tp: offset or 0 for tp, offset in ledger.committed_offsets(partitions).items()}
+    """
+
+    def committed_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The next offset to read for each partition, None where nothing was committed."""
+        ...
+
+    def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
+        """Record consumed ranges atomically, or raise a typed error and record nothing."""
+        ...
+
+
+@runtime_checkable
+class OffsetMirror(Protocol):
+    """Copies accepted commits to Kafka's committed offsets under the group id (resources/ implements it
+    with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after the
+    ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
+
+    def mirror(self, group: str, ranges: Sequence[OffsetRange], *, run_id: str | None) -> None:
+        """Commit `until_offset` of each range to Kafka for `group`."""
+        ...
+
+
+def plan_ranges(
+    group: str, heads: Mapping[TopicPartition, int | None], ranges: Sequence[OffsetRange]
+) -> dict[TopicPartition, int]:
+    """The partitions' new committed offsets after `ranges`, checked for contiguity; pure.
+
+    Raises NonContiguousRangeError (naming partition, expected and given offsets) for a gap or an overlap,
+    InvalidOffsetRangeError for a gap range that claims records.
+    """
+    new_heads: dict[TopicPartition, int] = {}
+    for r in ranges:
+        tp = r.topic_partition
+        if r.gap_reason is not None and (r.records or r.quarantined):
+            raise InvalidOffsetRangeError(
+                f"group {group!r}: gap {tp} [{r.from_offset}, {r.until_offset}) ({r.gap_reason}) "
+                f"cannot hold records ({r.records} records, {r.quarantined} quarantined)"
+            )
+        if r.gap_reason is not None and not r.gap_reason.strip():
+            raise InvalidOffsetRangeError(f"group {group!r}: gap {tp} needs a non-blank reason")
+        expected = new_heads.get(tp, heads.get(tp))
+        if expected is not None and r.from_offset != expected:
+            kind = "overlaps the committed" if r.from_offset < expected else "leaves a gap after the committed"
+            raise NonContiguousRangeError(
+                f"group {group!r}: range [{r.from_offset}, {r.until_offset}) of {tp} {kind} offset {expected}; "
+                f"expected a range starting at {expected}, got {r.from_offset} (record a gap with a reason "
+                "if the offsets no longer exist)",
+                partition=tp,
+                expected=expected,
+                given=r.from_offset,
+            )
+        new_heads[tp] = r.until_offset
+    return new_heads
+
+
+def _fence(group: GroupRecord, req: CommitRequest) -> CoordinatorError | None:
+    if req.member_id is None:
+        if group.members:
+            return UnknownMemberIdError(
+                f"group {group.name!r} has {len(group.members)} members: a commit without a member id is "
+                "accepted only while the group is Empty"
+            )
+        if req.generation != -1:
+            return IllegalGenerationError(
+                f"group {group.name!r}: a standalone commit must use generation -1, got {req.generation}"
+            )
+        return None
+    checked = check_member(group, req.member_id, req.instance_id, req.generation)
+    if isinstance(checked, CoordinatorError):
+        return checked
+    if group.state is GroupState.COMPLETING_REBALANCE:
+        return RebalanceInProgressError(
+            f"group {group.name!r} is completing a rebalance: commit after the sync of generation {group.generation}"
+        )
+    owned = set(checked.owned)
+    foreign = tuple(sorted({r.topic_partition for r in req.ranges} - owned))
+    if foreign:
+        return PartitionNotOwnedError(
+            f"group {group.name!r}: member {req.member_id} does not own {[str(tp) for tp in foreign[:10]]} "
+            f"in generation {group.generation}",
+            partitions=foreign,
+        )
+    return None
+
+
+def decide_commit(
+    group: GroupRecord | None,
+    name: str,
+    req: CommitRequest,
+    heads: Mapping[TopicPartition, int | None],
+    ctx: Context,
+) -> Decision[tuple[LedgerEntry, ...]]:
+    """Accept or refuse a commit; `heads` are the partitions' committed offsets read under the group lock.
+
+    On success the decision carries the new ledger entries and heads, and the member's progress deadline
+    moves forward. On refusal it carries only the clock's due effects.
+    """
+    outcome = start(group, name, ctx)
+    current = outcome.group
+    error = _fence(current, req)
+    if error is not None:
+        return Decision(outcome, error=error)
+    try:
+        new_heads = plan_ranges(name, heads, req.ranges)
+    except CoordinatorError as exc:
+        return Decision(outcome, error=exc)
+    member = current.members.get(req.member_id) if req.member_id is not None else None
+    run_id = req.run_id if req.run_id is not None else (member.client_id if member is not None else None)
+    generation = current.generation if member is not None else -1
+    entries = tuple(
+        LedgerEntry(
+            group=name,
+            topic=r.topic,
+            partition=r.partition,
+            from_offset=r.from_offset,
+            until_offset=r.until_offset,
+            records=r.records,
+            quarantined=r.quarantined,
+            gap_reason=r.gap_reason,
+            run_id=run_id,
+            member_id=req.member_id,
+            instance_id=member.instance_id if member is not None else None,
+            generation=generation,
+            committed_at=ctx.now,
+        )
+        for r in req.ranges
+        if r.until_offset > r.from_offset
+    )
+    recorded = {e.topic_partition for e in entries}
+    changed = {tp: until for tp, until in new_heads.items() if tp in recorded}
+    if member is not None and entries:
+        member = replace(member, progress_deadline=ctx.now + member.progress_timeout)
+        outcome = outcome.but(current.with_member(member))
+    return Decision(outcome, response=entries, entries=entries, heads=changed)

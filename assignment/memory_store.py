@@ -1,0 +1,92 @@
+"""An in-process `GroupStore` over dictionaries: for simulations, notebooks and fast property tests.
+
+Same contract as `SqlGroupStore` (one step at a time per store, decisions applied atomically, refused
+steps on a missing group create nothing) without durability or cross-process safety.
+
+Example:
+    >>> from assignment.coordinator import Coordinator
+    >>> coordinator = Coordinator(MemoryGroupStore())
+    >>> coordinator.list_groups()
+    []
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from assignment.group_state import GroupEvent, GroupRecord
+from assignment.messages import Decision, LedgerEntry
+from assignment.store import HeadReader
+from assignment.types import TopicPartition
+
+__all__ = ["MemoryGroupStore"]
+
+R = TypeVar("R")
+
+
+class MemoryGroupStore:
+    """`GroupStore` kept in memory, serialised by one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._groups: dict[str, GroupRecord] = {}
+        self._heads: dict[tuple[str, TopicPartition], int] = {}
+        self._ranges: dict[tuple[str, TopicPartition], list[LedgerEntry]] = {}
+        self._events: list[tuple[int, str, GroupEvent]] = []
+
+    def transact(self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
+        """Run `step` under the store's lock and apply its decision."""
+        with self._lock:
+            current = self._groups.get(group)
+
+            def read_heads(partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+                return {tp: self._heads.get((group, tp)) for tp in partitions}
+
+            decision = step(current, read_heads)
+            new = decision.group
+            if decision.deleted:
+                self._groups.pop(group, None)
+                self._heads = {k: v for k, v in self._heads.items() if k[0] != group}
+                self._ranges = {k: v for k, v in self._ranges.items() if k[0] != group}
+                self._events = [e for e in self._events if e[1] != group]
+                return decision
+            pristine = current is None and new == GroupRecord(name=new.name, created_at=new.created_at)
+            if not pristine or decision.entries:
+                self._groups[group] = new
+            for tp, until in decision.heads.items():
+                self._heads[(group, tp)] = until
+            for entry in decision.entries:
+                self._ranges.setdefault((group, entry.topic_partition), []).append(entry)
+            for e in decision.events:
+                self._events.append((len(self._events) + 1, group, e))
+            return decision
+
+    def load(self, group: str) -> GroupRecord | None:
+        """The group, or None."""
+        with self._lock:
+            return self._groups.get(group)
+
+    def group_names(self) -> list[str]:
+        """All groups, sorted."""
+        with self._lock:
+            return sorted(self._groups)
+
+    def committed(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Next offset to read per partition (None if never committed)."""
+        with self._lock:
+            return {tp: self._heads.get((group, tp)) for tp in partitions}
+
+    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
+        """Every committed range of the partition, oldest first."""
+        with self._lock:
+            return list(self._ranges.get((group, TopicPartition(topic, partition)), []))
+
+    def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
+        """The group's events with ids > `after`, oldest first."""
+        with self._lock:
+            return [(i, e) for i, g, e in self._events if g == group and i > after]
+
+    def close(self) -> None:
+        """Nothing to release."""

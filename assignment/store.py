@@ -1,0 +1,491 @@
+"""The coordinator's SQL store on SQLAlchemy 2: SQLite file by default, PostgreSQL for many hosts.
+
+One row per group (`cohort_groups`, with a `version`), one row per member (`cohort_group_members`), the
+offset ledger's heads and history (`cohort_offsets`, `cohort_offset_ranges`) and the group events
+(`cohort_group_events`). Every protocol step is ONE transaction: take the group's lock, load the group,
+run the pure decision, write what changed, bump the version. The lock is a row lock
+(`SELECT ... FOR UPDATE`) on PostgreSQL, so different groups never wait for each other; on SQLite it is
+`BEGIN IMMEDIATE` (SQLite has one writer per file). The update is also guarded by the version it read, so
+a lost update is impossible even if a lock were missed.
+
+Loading a 500-member group for every heartbeat would dominate the cost, so each store keeps the last
+record it wrote or read per group with its version, and reloads only when the version in the row differs
+(another process wrote). Records are immutable, so sharing them is safe.
+
+Example:
+    >>> store = SqlGroupStore.from_url("sqlite:///:memory:")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from assignment.codec import (
+    decode_group,
+    decode_member,
+    encode_group,
+    encode_member,
+    event_from_row,
+    event_row,
+)
+from assignment.errors import StaleGroupVersionError
+from assignment.group_state import GroupEvent, GroupRecord
+from assignment.messages import Decision, LedgerEntry
+from assignment.types import TopicPartition
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "GroupStore",
+    "HeadReader",
+    "SchemaVersionError",
+    "SqlGroupStore",
+    "create_store_engine",
+    "metadata",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'."""
+
+R = TypeVar("R")
+HeadReader = Callable[[Sequence[TopicPartition]], dict[TopicPartition, int | None]]
+"""Reads committed offsets (None = never committed) inside the step's transaction."""
+
+metadata = sa.MetaData()
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+schema_version = sa.Table(
+    "cohort_schema_version",
+    metadata,
+    sa.Column("component", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+groups = sa.Table(
+    "cohort_groups",
+    metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+members = sa.Table(
+    "cohort_group_members",
+    metadata,
+    sa.Column("group_name", sa.String(255), primary_key=True),
+    sa.Column("member_id", sa.String(255), primary_key=True),
+    sa.Column("data", sa.Text, nullable=False),
+)
+heads = sa.Table(
+    "cohort_offsets",
+    metadata,
+    sa.Column("group_name", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+ranges = sa.Table(
+    "cohort_offset_ranges",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=True),
+    sa.Column("group_name", sa.String(255), nullable=False),
+    sa.Column("topic", sa.String(255), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("from_offset", sa.BigInteger, nullable=False),
+    sa.Column("until_offset", sa.BigInteger, nullable=False),
+    sa.Column("records", sa.BigInteger, nullable=False),
+    sa.Column("quarantined", sa.BigInteger, nullable=False),
+    sa.Column("gap_reason", sa.Text),
+    sa.Column("run_id", sa.String(255)),
+    sa.Column("member_id", sa.String(255)),
+    sa.Column("instance_id", sa.String(255)),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("committed_at", sa.Float, nullable=False),
+    sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
+)
+events = sa.Table(
+    "cohort_group_events",
+    metadata,
+    sa.Column("id", _ID, primary_key=True, autoincrement=True),
+    sa.Column("group_name", sa.String(255), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("previous_state", sa.String(32)),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("member_id", sa.String(255)),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Index("ix_cohort_group_events_group", "group_name", "id"),
+)
+
+_CHUNK = 500
+_SCHEMA_LOCK_KEY = 0x636F686F7274  # "cohort": the advisory lock that serialises schema creation on PostgreSQL
+
+
+class SchemaVersionError(RuntimeError):
+    """The database holds a newer coordinator schema than this code understands."""
+
+
+class GroupStore(Protocol):
+    """Where groups, ledgers and events live; `transact` runs one protocol step atomically per group."""
+
+    def transact(
+        self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]
+    ) -> Decision[R]: ...  # pragma: no cover - protocol
+
+    def load(self, group: str) -> GroupRecord | None: ...  # pragma: no cover - protocol
+
+    def group_names(self) -> list[str]: ...  # pragma: no cover - protocol
+
+    def committed(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int | None]: ...  # pragma: no cover - protocol
+
+    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]: ...  # pragma: no cover
+
+    def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
+
+    def close(self) -> None: ...  # pragma: no cover - protocol
+
+
+def create_store_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
+    """An engine set up for the coordinator.
+
+    SQLite: WAL journal, a 30 s busy timeout, `synchronous=NORMAL`, and pysqlite's own transaction
+    handling replaced so that every write transaction starts with `BEGIN IMMEDIATE` (the file's write lock
+    is taken before the group is read, so two processes never interleave two steps). PostgreSQL
+    (`postgresql+psycopg://`): pre-ping; the group lock is `SELECT ... FOR UPDATE`.
+    """
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        kwargs.setdefault("pool_pre_ping", True)
+        return sa.create_engine(parsed, **kwargs)
+    connect_args = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("timeout", 30.0)
+    connect_args.setdefault("check_same_thread", False)
+    engine = sa.create_engine(parsed, connect_args=connect_args, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        try:
+            if parsed.database and parsed.database != ":memory:":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        read_only = conn.get_execution_options().get("cohort_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    """Create the tables if missing and record the schema version; safe to run from many processes."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_SCHEMA_LOCK_KEY)))
+        metadata.create_all(conn, checkfirst=True)
+        found = conn.execute(
+            sa.select(schema_version.c.version).where(schema_version.c.component == "coordinator")
+        ).scalar()
+        if found is None:
+            conn.execute(sa.insert(schema_version).values(component="coordinator", version=SCHEMA_VERSION))
+        elif found > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the store holds coordinator schema version {found}; this code supports up to {SCHEMA_VERSION}"
+            )
+
+
+def _pristine(group: GroupRecord) -> bool:
+    """Whether `group` is an untouched new Empty group (a refused step on a missing group creates nothing)."""
+    return group == GroupRecord(name=group.name, created_at=group.created_at)
+
+
+class SqlGroupStore:
+    """`GroupStore` on a SQLAlchemy engine (thread-safe; one per process and URL is enough).
+
+    Example:
+        >>> store = SqlGroupStore.from_url("sqlite:////tmp/cohort-doc.db")  # doctest: +SKIP
+        >>> store.group_names()  # doctest: +SKIP
+        []
+    """
+
+    def __init__(self, engine: Engine, *, create: bool = True) -> None:
+        self.engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+        self._cache: dict[str, tuple[int, GroupRecord]] = {}
+        self._lock = threading.Lock()
+        if create:
+            create_schema(engine)
+
+    @classmethod
+    def from_url(cls, url: str | sa.URL, *, create: bool = True, **engine_kwargs: Any) -> SqlGroupStore:
+        """A store on `url` (`sqlite:///path.db` or `postgresql+psycopg://user@host/db`)."""
+        return cls(create_store_engine(url, **engine_kwargs), create=create)
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
+
+    # -------------------------------------------------------------------------------- transactions
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn.execution_options(cohort_read_only=True)
+            with conn.begin():
+                yield conn
+
+    def transact(self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
+        """Run `step` on the group under its lock and persist its decision in the same transaction."""
+        for attempt in range(5):
+            try:
+                return self._transact_once(group, step)
+            except (sa.exc.IntegrityError, StaleGroupVersionError):
+                # Two processes created the same new group at once: the loser retries and finds the row.
+                self._cache.pop(group, None)
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _transact_once(self, name: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
+        with self.engine.begin() as conn:
+            query = sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
+                groups.c.name == name
+            )
+            if self._pg:
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            version = 0 if row is None else int(row.version)
+            current = None if row is None else self._decode(conn, name, row)
+            loaded: dict[TopicPartition, int | None] = {}
+
+            def read_heads(partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+                found = self._heads(conn, name, partitions)
+                loaded.update(found)
+                return found
+
+            decision = step(current, read_heads)
+            new_version = self._persist(conn, name, current, version, decision, loaded)
+        with self._lock:
+            if decision.deleted:
+                self._cache.pop(name, None)
+            elif new_version is not None:
+                self._cache[name] = (new_version, decision.group)
+        return decision
+
+    def _decode(self, conn: Connection, name: str, row: Any) -> GroupRecord:
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] == row.version:
+            return cached[1]
+        found = {
+            r.member_id: decode_member(r.member_id, r.data)
+            for r in conn.execute(sa.select(members.c.member_id, members.c.data).where(members.c.group_name == name))
+        }
+        record = decode_group(name, row.state, row.generation, row.data, found)
+        with self._lock:
+            self._cache[name] = (int(row.version), record)
+        return record
+
+    def _persist(
+        self,
+        conn: Connection,
+        name: str,
+        old: GroupRecord | None,
+        version: int,
+        decision: Decision[Any],
+        loaded: dict[TopicPartition, int | None],
+    ) -> int | None:
+        new = decision.group
+        if decision.deleted:
+            for table in (members, heads, ranges, events):
+                conn.execute(sa.delete(table).where(table.c.group_name == name))
+            conn.execute(sa.delete(groups).where(groups.c.name == name))
+            return None
+        unchanged = new is old or (old is None and _pristine(new))
+        if unchanged and not decision.entries:
+            return version if old is not None else None
+        values = {
+            "state": new.state.value,
+            "generation": new.generation,
+            "data": encode_group(new),
+            "updated_at": time.time(),  # bookkeeping for operators; protocol time lives in the record
+        }
+        if old is None:
+            conn.execute(sa.insert(groups).values(name=name, version=1, **values))
+        else:
+            done = conn.execute(
+                sa.update(groups)
+                .where(groups.c.name == name, groups.c.version == version)
+                .values(version=version + 1, **values)
+            )
+            if done.rowcount != 1:
+                raise StaleGroupVersionError(f"group {name!r} changed under the transaction (version {version})")
+        self._persist_members(conn, name, old, new)
+        self._persist_ledger(conn, name, decision, loaded)
+        if decision.events:
+            conn.execute(sa.insert(events), [event_row(name, e) for e in decision.events])
+        return version + 1
+
+    @staticmethod
+    def _persist_members(conn: Connection, name: str, old: GroupRecord | None, new: GroupRecord) -> None:
+        before = old.members if old is not None else {}
+        inserts, updates = [], []
+        for member_id, member in new.members.items():
+            previous = before.get(member_id)
+            if previous is member:
+                continue
+            row = {"g": name, "m": member_id, "d": encode_member(member)}
+            (updates if previous is not None else inserts).append(row)
+        removed = [{"g": name, "m": m} for m in before if m not in new.members]
+        key = sa.and_(members.c.group_name == sa.bindparam("g"), members.c.member_id == sa.bindparam("m"))
+        if removed:
+            conn.execute(sa.delete(members).where(key), removed)
+        if updates:
+            conn.execute(sa.update(members).where(key).values(data=sa.bindparam("d")), updates)
+        if inserts:
+            conn.execute(
+                sa.insert(members).values(
+                    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d")
+                ),
+                inserts,
+            )
+
+    @staticmethod
+    def _persist_ledger(
+        conn: Connection, name: str, decision: Decision[Any], loaded: dict[TopicPartition, int | None]
+    ) -> None:
+        if not decision.heads:
+            return
+        at = decision.entries[0].committed_at if decision.entries else 0.0
+        fresh, moved = [], []
+        for tp, until in decision.heads.items():
+            row = {"g": name, "t": tp.topic, "p": tp.partition, "n": until, "at": at}
+            (moved if loaded.get(tp) is not None else fresh).append(row)
+        if moved:
+            conn.execute(
+                sa.update(heads)
+                .where(
+                    heads.c.group_name == sa.bindparam("g"),
+                    heads.c.topic == sa.bindparam("t"),
+                    heads.c.partition == sa.bindparam("p"),
+                )
+                .values(next_offset=sa.bindparam("n"), updated_at=sa.bindparam("at")),
+                moved,
+            )
+        if fresh:
+            conn.execute(
+                sa.insert(heads).values(
+                    group_name=sa.bindparam("g"),
+                    topic=sa.bindparam("t"),
+                    partition=sa.bindparam("p"),
+                    next_offset=sa.bindparam("n"),
+                    updated_at=sa.bindparam("at"),
+                ),
+                fresh,
+            )
+        conn.execute(
+            sa.insert(ranges),
+            [
+                {
+                    "group_name": name,
+                    "topic": e.topic,
+                    "partition": e.partition,
+                    "from_offset": e.from_offset,
+                    "until_offset": e.until_offset,
+                    "records": e.records,
+                    "quarantined": e.quarantined,
+                    "gap_reason": e.gap_reason,
+                    "run_id": e.run_id,
+                    "member_id": e.member_id,
+                    "instance_id": e.instance_id,
+                    "generation": e.generation,
+                    "committed_at": e.committed_at,
+                }
+                for e in decision.entries
+            ],
+        )
+
+    @staticmethod
+    def _heads(conn: Connection, name: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        wanted = sorted(set(partitions))
+        result: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            query = sa.select(heads.c.topic, heads.c.partition, heads.c.next_offset).where(
+                heads.c.group_name == name,
+                sa.tuple_(heads.c.topic, heads.c.partition).in_([(tp.topic, tp.partition) for tp in chunk]),
+            )
+            for row in conn.execute(query):
+                result[TopicPartition(row.topic, row.partition)] = int(row.next_offset)
+        return result
+
+    # ----------------------------------------------------------------------------------------- reads
+
+    def load(self, group: str) -> GroupRecord | None:
+        """The group as last committed, or None (no lock taken)."""
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
+                    groups.c.name == group
+                )
+            ).first()
+            return None if row is None else self._decode(conn, group, row)
+
+    def group_names(self) -> list[str]:
+        """All groups, sorted."""
+        with self._read() as conn:
+            return [r.name for r in conn.execute(sa.select(groups.c.name).order_by(groups.c.name))]
+
+    def committed(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Next offset to read per partition (None if never committed)."""
+        with self._read() as conn:
+            return self._heads(conn, group, partitions)
+
+    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
+        """Every committed range of the partition, oldest first."""
+        query = (
+            sa.select(ranges)
+            .where(ranges.c.group_name == group, ranges.c.topic == topic, ranges.c.partition == partition)
+            .order_by(ranges.c.from_offset, ranges.c.id)
+        )
+        with self._read() as conn:
+            return [
+                LedgerEntry(
+                    group=r.group_name,
+                    topic=r.topic,
+                    partition=r.partition,
+                    from_offset=r.from_offset,
+                    until_offset=r.until_offset,
+                    records=r.records,
+                    quarantined=r.quarantined,
+                    gap_reason=r.gap_reason,
+                    run_id=r.run_id,
+                    member_id=r.member_id,
+                    instance_id=r.instance_id,
+                    generation=r.generation,
+                    committed_at=r.committed_at,
+                )
+                for r in conn.execute(query)
+            ]
+
+    def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
+        """The group's events with their ids, oldest first, those with id > `after`."""
+        query = sa.select(events).where(events.c.group_name == group, events.c.id > after).order_by(events.c.id)
+        with self._read() as conn:
+            return [(int(r.id), event_from_row(r)) for r in conn.execute(query)]
