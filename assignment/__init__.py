@@ -1,5 +1,15 @@
 """Cohort's group protocol: assignors, coordinator, offset ledger and store. Pure Python (no Dagster, no Spark)."""
 
+from assignment.assignors import (
+    CooperativeStickyAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    UnknownAssignorError,
+    available_assignors,
+    get_assignor,
+    register_assignor,
+)
 from assignment.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
 from assignment.types import (
     COOPERATIVE,
@@ -16,10 +26,18 @@ __all__ = [
     "EAGER",
     "Assignment",
     "Assignor",
+    "CooperativeStickyAssignor",
     "InvalidNameError",
     "OffsetRange",
+    "RangeAssignor",
+    "RoundRobinAssignor",
+    "StickyAssignor",
     "Subscription",
     "TopicPartition",
+    "UnknownAssignorError",
+    "available_assignors",
+    "get_assignor",
+    "register_assignor",
     "validate_group_name",
     "validate_instance_id",
     "validate_topic_name",
