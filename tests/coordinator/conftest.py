@@ -1,0 +1,59 @@
+"""Fixtures of the coordinator tests: one contract suite over the in-memory, SQLite and PostgreSQL stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from assignment.clock import ManualClock
+from assignment.coordinator import Coordinator
+from assignment.group_state import GroupConfig
+from assignment.memory_store import MemoryGroupStore
+from assignment.store import SqlGroupStore
+
+CoordinatorFactory = Callable[..., Coordinator]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual clock at t = 1000 s."""
+    return ManualClock(1000.0)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """'memory' or the URL of a fresh SQLite file / PostgreSQL database."""
+    if request.param == "memory":
+        return "memory"
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def make_coordinator(store_url: str, clock: ManualClock) -> Iterator[CoordinatorFactory]:
+    """Build coordinators on the parametrized store (same database for every call in one test)."""
+    made: list[Coordinator] = []
+    memory = MemoryGroupStore()
+
+    def make(config: GroupConfig | None = None, **kwargs: object) -> Coordinator:
+        store = memory if store_url == "memory" else SqlGroupStore.from_url(store_url)
+        coordinator = Coordinator(
+            store,
+            clock=kwargs.pop("clock", clock),  # type: ignore[arg-type]
+            config=config or GroupConfig(initial_rebalance_delay=0),
+            **kwargs,  # type: ignore[arg-type]
+        )
+        made.append(coordinator)
+        return coordinator
+
+    yield make
+    for coordinator in made:
+        coordinator.close()
+
+
+@pytest.fixture
+def coordinator(make_coordinator: CoordinatorFactory) -> Coordinator:
+    """A coordinator with no initial rebalance delay (as the seeds' Kafka version)."""
+    return make_coordinator()
