@@ -1,0 +1,204 @@
+"""The group resource: one consumer group's protocol settings, its worker slots and the coordinator's store.
+
+It embeds the coordinator client (`get_coordinator()`, cached per clock) and the assignor choice (a
+preference list voted on by the members). A worker slot is a static member identity,
+`<group>/worker-<n>`: successive runs of the slot are successive instances of one Kafka
+`group.instance.id`. No asset logic here (STYLE pattern 6): the worker and the sensors use it.
+
+Example:
+    >>> group = CohortGroupResource(group="orders-ingest", topics=["orders"], worker_slots=3)
+    >>> group.instance_id(2)
+    'orders-ingest/worker-2'
+    >>> group.slot_of("orders-ingest/worker-2")
+    2
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import dagster as dg
+import sqlalchemy as sa
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from assignment import get_assignor, validate_group_name, validate_topic_name
+from assignment.clock import Clock, SystemClock
+from assignment.coordinator import Coordinator
+from assignment.group_state import GroupConfig
+from assignment.member import GroupMember
+from assignment.messages import DEFAULT_ASSIGNORS
+
+__all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
+
+DEFAULT_STORE_URL = "sqlite:///.cohort/cohort.db"
+"""A SQLite file under the working directory; use PostgreSQL when workers run on several hosts."""
+
+
+class CohortGroupResource(dg.ConfigurableResource):
+    """A consumer group as Dagster runs take part in it.
+
+    Attributes map to Kafka's consumer settings: `session_timeout_s` (session.timeout.ms),
+    `rebalance_timeout_s` (the join phase's wait), `progress_timeout_s` (max.poll.interval.ms),
+    `assignors` (partition.assignment.strategy, in order of preference), a worker slot's instance id
+    (group.instance.id).
+    """
+
+    group: str = Field(description="Consumer group name (letters, digits, '.', '_', '-').")
+    topics: list[str] = Field(default_factory=list, description="Explicitly subscribed topics.")
+    topic_pattern: str | None = Field(
+        default=None, description="Regular expression; every topic it fully matches is subscribed too."
+    )
+    assignors: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ASSIGNORS), description="Assignor names in order of preference."
+    )
+    worker_slots: int = Field(default=3, ge=1, le=1000, description="Number of worker slots (static members).")
+    session_timeout_s: float = Field(default=30.0, description="Seconds without heartbeat before eviction.")
+    rebalance_timeout_s: float = Field(default=60.0, gt=0, description="Seconds a join phase waits for members.")
+    progress_timeout_s: float | None = Field(
+        default=None, description="Seconds a member may hold partitions without progress (default: rebalance)."
+    )
+    heartbeat_interval_s: float | None = Field(
+        default=None, description="Seconds between heartbeats (default: a third of the session timeout)."
+    )
+    join_timeout_s: float = Field(default=120.0, gt=0, description="Give up joining after this many seconds.")
+    initial_rebalance_delay_s: float = Field(
+        default=3.0, ge=0, description="An empty group's first join phase waits this long for more members."
+    )
+    leave_on_finish: bool = Field(
+        default=True, description="A finished worker leaves the group (False: keep its static membership)."
+    )
+    store_url: str = Field(default=DEFAULT_STORE_URL, description="SQLAlchemy URL of the coordinator's store.")
+
+    _coordinators: dict[int, Coordinator] = PrivateAttr(default_factory=dict)
+
+    @field_validator("group")
+    @classmethod
+    def _check_group(cls, value: str) -> str:
+        return validate_group_name(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, value: list[str]) -> list[str]:
+        return [validate_topic_name(t) for t in value]
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _check_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern {value!r} is not a valid regular expression: {exc}") from None
+        return value
+
+    @field_validator("assignors")
+    @classmethod
+    def _check_assignors(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("assignors needs at least one assignor name")
+        for name in value:
+            get_assignor(name)  # UnknownAssignorError names the known ones
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store_url(cls, value: str) -> str:
+        try:
+            sa.make_url(value)
+        except sa.exc.ArgumentError:
+            raise ValueError("store_url is not a SQLAlchemy URL (e.g. sqlite:///cohort.db)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_group_settings(self) -> CohortGroupResource:
+        if not self.topics and self.topic_pattern is None:
+            raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
+        bounds = GroupConfig()
+        if not bounds.min_session_timeout <= self.session_timeout_s <= bounds.max_session_timeout:
+            raise ValueError(
+                f"session_timeout_s={self.session_timeout_s} is outside the coordinator's range "
+                f"[{bounds.min_session_timeout}, {bounds.max_session_timeout}]"
+            )
+        if self.progress_timeout_s is not None and self.progress_timeout_s <= 0:
+            raise ValueError(f"progress_timeout_s must be > 0, got {self.progress_timeout_s}")
+        if self.heartbeat_interval_s is not None and not 0 < self.heartbeat_interval_s < self.session_timeout_s:
+            raise ValueError("heartbeat_interval_s must be > 0 and below session_timeout_s")
+        return self
+
+    # --------------------------------------------------------------------------------------- slots
+
+    def instance_id(self, slot: int) -> str:
+        """The static instance id of worker slot `slot` (1-based)."""
+        if not 1 <= slot <= self.worker_slots:
+            raise ValueError(f"group {self.group!r} has worker slots 1..{self.worker_slots}, got {slot}")
+        return f"{self.group}/worker-{slot}"
+
+    def slot_of(self, instance_id: str | None) -> int | None:
+        """The worker slot of a static instance id of this group, or None if it is not one."""
+        if instance_id is None:
+            return None
+        match = re.fullmatch(re.escape(self.group) + r"/worker-(\d+)", instance_id)
+        if match is None:
+            return None
+        slot = int(match.group(1))
+        return slot if 1 <= slot <= self.worker_slots else None
+
+    def slots(self) -> list[int]:
+        """All worker slots, 1..worker_slots."""
+        return list(range(1, self.worker_slots + 1))
+
+    # ---------------------------------------------------------------------------------- coordinator
+
+    def group_config(self) -> GroupConfig:
+        """The coordinator-side settings for this group."""
+        return GroupConfig(initial_rebalance_delay=self.initial_rebalance_delay_s)
+
+    def get_coordinator(self, clock: Clock | None = None) -> Coordinator:
+        """The coordinator client on `store_url`, cached per clock (SystemClock by default).
+
+        A SQLite file's parent directory is created when missing.
+        """
+        clock = clock if clock is not None else SystemClock()
+        key = id(clock) if not isinstance(clock, SystemClock) else 0
+        coordinator = self._coordinators.get(key)
+        if coordinator is None:
+            url = sa.make_url(self.store_url)
+            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            coordinator = Coordinator.from_url(self.store_url, clock=clock, config=self.group_config())
+            self._coordinators[key] = coordinator
+        return coordinator
+
+    def member(
+        self,
+        slot: int,
+        *,
+        run_id: str | None,
+        topic_metadata: Callable[[], Mapping[str, int]] | None = None,
+        coordinator: Coordinator | None = None,
+    ) -> GroupMember:
+        """A `GroupMember` for worker slot `slot` (static instance id), reporting `run_id` as its client id."""
+        return GroupMember(
+            coordinator if coordinator is not None else self.get_coordinator(),
+            self.group,
+            topics=tuple(self.topics),
+            topic_pattern=self.topic_pattern,
+            assignors=tuple(self.assignors),
+            instance_id=self.instance_id(slot),
+            client_id=run_id,
+            session_timeout=self.session_timeout_s,
+            rebalance_timeout=self.rebalance_timeout_s,
+            progress_timeout=self.progress_timeout_s,
+            heartbeat_interval=self.heartbeat_interval_s,
+            topic_metadata=topic_metadata,
+            poll_interval=0.2,
+            join_timeout=self.join_timeout_s,
+        )
+
+    def close(self) -> None:
+        """Release the coordinators' store connections."""
+        for coordinator in self._coordinators.values():
+            coordinator.close()
+        self._coordinators.clear()

@@ -1,0 +1,224 @@
+"""The Kafka resource: confluent-kafka configuration (SASL/SSL secrets from `EnvVar`) and client factories.
+
+Typed configuration plus cached clients, nothing else (STYLE pattern 6): admin, producer and consumer
+factories, topic metadata, end offsets, Kafka's committed offsets of a group, and the mirror that copies
+ledger commits to Kafka. Secrets (`sasl_password`, `ssl_key_password`) are hidden from `repr`, from
+`describe_config()` and from every error message raised here.
+
+Example:
+    >>> import dagster as dg
+    >>> kafka = KafkaResource(
+    ...     bootstrap_servers="broker-1:9092",
+    ...     security_protocol="SASL_SSL",
+    ...     sasl_mechanism="SCRAM-SHA-512",
+    ...     sasl_username="cohort",
+    ...     sasl_password=dg.EnvVar("KAFKA_PASSWORD"),
+    ... )  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import dagster as dg
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+from pydantic import Field, PrivateAttr, field_validator
+
+from assignment.names import validate_group_name
+from assignment.types import TopicPartition
+
+__all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
+
+SECRET_KEYS: frozenset[str] = frozenset(
+    {"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret"}
+)
+"""librdkafka properties whose values are never shown."""
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+
+
+def redact(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a librdkafka configuration with secret values replaced by '***'."""
+    return {k: ("***" if k in SECRET_KEYS or "password" in k or "secret" in k else v) for k, v in config.items()}
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """Connection settings for a Kafka cluster and factories for confluent-kafka clients.
+
+    Clients are created lazily and cached per resource instance (one admin, one producer, one consumer
+    per group id); `client_config()` gives the full librdkafka configuration for code that builds its own
+    clients (Spark executors read Kafka themselves).
+    """
+
+    bootstrap_servers: str = Field(description="Comma-separated host:port list (librdkafka bootstrap.servers).")
+    security_protocol: SecurityProtocol = Field(default="PLAINTEXT", description="librdkafka security.protocol.")
+    sasl_mechanism: str | None = Field(
+        default=None, description="SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."
+    )
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
+    sasl_password: str | None = Field(
+        default=None, repr=False, description="SASL password; give it as dg.EnvVar('...'). Never logged."
+    )
+    ssl_ca_location: str | None = Field(default=None, description="Path of the CA certificate (PEM).")
+    ssl_certificate_location: str | None = Field(default=None, description="Path of the client certificate.")
+    ssl_key_location: str | None = Field(default=None, description="Path of the client private key.")
+    ssl_key_password: str | None = Field(
+        default=None, repr=False, description="Password of the client key; give it as dg.EnvVar('...')."
+    )
+    client_id: str = Field(default="cohort", description="librdkafka client.id shown in broker logs.")
+    request_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of admin and offset requests.")
+    extra_config: dict[str, str] = Field(
+        default_factory=dict, description="Further librdkafka properties (no secrets here: they would be shown)."
+    )
+
+    _admin: AdminClient | None = PrivateAttr(default=None)
+    _producer: Producer | None = PrivateAttr(default=None)
+    _consumers: dict[str, Consumer] = PrivateAttr(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap(cls, value: str) -> str:
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        bad = [h for h in hosts if not re.fullmatch(r"[^\s:]+:\d{1,5}", h)]
+        if not hosts or bad:
+            raise ValueError(f"bootstrap_servers must be host:port[,host:port...], got {value!r}")
+        return ",".join(hosts)
+
+    @field_validator("extra_config")
+    @classmethod
+    def _check_extra(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(k for k in value if k in SECRET_KEYS)
+        if secret:
+            raise ValueError(f"secrets do not belong in extra_config (they would be shown): {secret}")
+        return value
+
+    # ------------------------------------------------------------------------------------ configuration
+
+    def client_config(self) -> dict[str, Any]:
+        """The full librdkafka configuration, secrets included: pass it to clients, never log it."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+            "client.id": self.client_id,
+        }
+        optional = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        config.update({k: v for k, v in optional.items() if v is not None})
+        config.update(self.extra_config)
+        return config
+
+    def describe_config(self) -> dict[str, Any]:
+        """The configuration with secrets masked, safe for logs and metadata."""
+        return redact(self.client_config())
+
+    # ---------------------------------------------------------------------------------------- clients
+
+    def get_admin(self) -> AdminClient:
+        """The cached AdminClient."""
+        if self._admin is None:
+            self._admin = AdminClient(self.client_config())
+        return self._admin
+
+    def get_producer(self) -> Producer:
+        """The cached Producer (acks=all)."""
+        if self._producer is None:
+            self._producer = Producer({**self.client_config(), "acks": "all"})
+        return self._producer
+
+    def get_consumer(self, group_id: str = "cohort-metadata") -> Consumer:
+        """A cached Consumer for `group_id` with auto-commit off (Cohort commits explicitly)."""
+        validate_group_name(group_id)
+        consumer = self._consumers.get(group_id)
+        if consumer is None:
+            consumer = Consumer(
+                {
+                    **self.client_config(),
+                    "group.id": group_id,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                }
+            )
+            self._consumers[group_id] = consumer
+        return consumer
+
+    def get_mirror(self) -> Any:
+        """The `OffsetMirror` copying ledger commits to Kafka's committed offsets under the group id."""
+        from pipelines.kafka_mirror import KafkaOffsetMirror
+
+        return KafkaOffsetMirror(self.client_config())
+
+    def close(self) -> None:
+        """Close the cached consumers and flush the producer."""
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+        if self._producer is not None:
+            self._producer.flush(self.request_timeout_s)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Release clients at the end of a run."""
+        self.close()
+
+    # --------------------------------------------------------------------------------------- metadata
+
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        """Partition count per topic (all non-internal topics when `topics` is None; missing ones omitted)."""
+        try:
+            metadata = self.get_admin().list_topics(timeout=self.request_timeout_s)
+        except KafkaException as exc:
+            raise KafkaException(f"could not read topic metadata from {self.bootstrap_servers}: {exc}") from None
+        wanted = None if topics is None else set(topics)
+        return {
+            name: len(meta.partitions)
+            for name, meta in metadata.topics.items()
+            if meta.error is None and not name.startswith("__") and (wanted is None or name in wanted)
+        }
+
+    def subscribed_partition_counts(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, int]:
+        """Partition counts of `topics` plus every topic fully matching `pattern` (what a group subscribes to)."""
+        counts = self.partition_counts()
+        regex = re.compile(pattern) if pattern else None
+        wanted = set(topics)
+        return {t: n for t, n in counts.items() if t in wanted or (regex is not None and regex.fullmatch(t))}
+
+    def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(first available offset, end offset) per partition."""
+        consumer = self.get_consumer()
+        result: dict[TopicPartition, tuple[int, int]] = {}
+        for tp in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    KafkaTopicPartition(tp.topic, tp.partition), timeout=self.request_timeout_s, cached=False
+                )
+            except KafkaException as exc:
+                raise KafkaException(f"could not read the watermarks of {tp}: {exc}") from None
+            result[TopicPartition(tp.topic, tp.partition)] = (int(low), int(high))
+        return result
+
+    def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The end offset (high watermark) per partition."""
+        return {tp: high for tp, (_low, high) in self.watermarks(partitions).items()}
+
+    def committed_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Kafka's committed offsets of `group` (what `kafka-consumer-groups --describe` shows); None if none."""
+        if not partitions:
+            return {}
+        consumer = self.get_consumer(group)
+        try:
+            answers = consumer.committed(
+                [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=self.request_timeout_s
+            )
+        except KafkaException as exc:
+            raise KafkaException(f"could not read the committed offsets of group {group!r}: {exc}") from None
+        return {TopicPartition(a.topic, a.partition): (int(a.offset) if a.offset >= 0 else None) for a in answers}

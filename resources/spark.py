@@ -1,0 +1,58 @@
+"""The Spark resource: local mode by default, a master URL or a Spark Connect remote for a cluster.
+
+Example:
+    >>> spark = SparkResource()                                  # local[2]
+    >>> cluster = SparkResource(master="spark://spark-master:7077")
+    >>> connect = SparkResource(master=None, remote="sc://spark-connect:15002")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+from pydantic import Field, PrivateAttr, model_validator
+
+__all__ = ["SparkResource"]
+
+
+class SparkResource(dg.ConfigurableResource):
+    """Where the pipeline's Spark work runs; `get_session()` returns the process's cached SparkSession.
+
+    Executors read Kafka themselves, so a cluster needs `confluent-kafka` and `pyarrow` on its workers
+    (no Maven packages).
+    """
+
+    master: str | None = Field(
+        default="local[2]", description="Spark master URL: local[N], spark://host:7077, yarn, k8s://..."
+    )
+    remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:15002); excludes master.")
+    app_name: str = Field(default="cohort", description="Spark application name.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration properties.")
+    log_level: str = Field(default="ERROR", description="SparkContext log level for local and master sessions.")
+
+    _session: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SparkResource:
+        if self.master and self.remote:
+            raise ValueError("give either a Spark master URL or a Spark Connect remote, not both")
+        if self.remote is not None and not self.remote.startswith("sc://"):
+            raise ValueError(f"a Spark Connect remote looks like sc://host:15002, got {self.remote!r}")
+        return self
+
+    def get_session(self) -> Any:
+        """The SparkSession (created on first use, then cached; Spark keeps one session per process)."""
+        if self._session is None:
+            from pipelines.spark import build_session
+
+            session = build_session(
+                master=None if self.remote else self.master,
+                remote=self.remote,
+                app_name=self.app_name,
+                conf={"spark.ui.showConsoleProgress": "false", **self.conf},
+            )
+            if not self.remote:
+                session.sparkContext.setLogLevel(self.log_level)
+            self._session = session
+        return self._session
