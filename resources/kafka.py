@@ -165,6 +165,8 @@ class KafkaResource(dg.ConfigurableResource):
         self._consumers.clear()
         if self._producer is not None:
             self._producer.flush(self.request_timeout_s)
+        self._producer = None
+        self._admin = None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """Release clients at the end of a run."""

@@ -1,0 +1,138 @@
+"""Offset audits shared by the asset checks, the demo and the CLI: plain values in, findings out.
+
+For one partition the audit compares three records of what was consumed: the ledger's committed ranges
+(the source of truth), the Dagster materializations (the audit trail) and Kafka's committed offset (the
+mirror), and measures the lag against the end offset. `gather_audits` collects the inputs from the
+coordinator, the Dagster instance and Kafka; `audit_partition` decides with plain values.
+
+Example:
+    >>> from assignment.types import TopicPartition
+    >>> audit = audit_partition(TopicPartition("t", 0), [(0, 10, None), (10, 25, None)], {(0, 10), (10, 25)},
+    ...                         kafka_committed=25, end_offset=30)
+    >>> audit.ok, audit.lag
+    (True, 5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from assignment.coordinator import Coordinator
+from assignment.types import TopicPartition
+
+__all__ = ["PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
+
+LedgerRange = tuple[int, int, str | None]
+"""(from_offset, until_offset, gap_reason) of one ledger entry."""
+
+
+@dataclass(frozen=True)
+class PartitionAudit:
+    """The findings for one partition: `problems` is empty when everything agrees."""
+
+    tp: TopicPartition
+    ledger_ranges: int
+    gaps: int
+    committed: int | None
+    kafka_committed: int | None
+    end_offset: int
+    lag: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """No contiguity or agreement problem (lag is judged separately)."""
+        return not self.problems
+
+
+def audit_partition(
+    tp: TopicPartition,
+    ledger: Sequence[LedgerRange],
+    materialized: Collection[tuple[int, int]],
+    *,
+    kafka_committed: int | None,
+    end_offset: int,
+    low_offset: int = 0,
+) -> PartitionAudit:
+    """Check one partition: contiguous ledger, ledger == materializations, ledger head == Kafka's committed."""
+    problems: list[str] = []
+    previous: int | None = None
+    for start, until, _gap in ledger:
+        if previous is not None and start != previous:
+            kind = "gap" if start > previous else "overlap"
+            problems.append(f"{tp}: ledger {kind} between offset {previous} and range [{start}, {until})")
+        previous = until
+    recorded = {(s, u) for s, u, gap in ledger if gap is None and u > s}
+    shown = {(s, u) for s, u in materialized if u > s}
+    for s, u in sorted(recorded - shown):
+        problems.append(f"{tp}: ledger range [{s}, {u}) has no materialization")
+    for s, u in sorted(shown - recorded):
+        problems.append(f"{tp}: materialization [{s}, {u}) is not in the ledger")
+    committed = previous
+    if committed != kafka_committed:
+        problems.append(f"{tp}: ledger committed offset {committed} but Kafka's committed offset is {kafka_committed}")
+    position = committed if committed is not None else low_offset
+    return PartitionAudit(
+        tp=tp,
+        ledger_ranges=len(ledger),
+        gaps=sum(1 for _s, _u, gap in ledger if gap is not None),
+        committed=committed,
+        kafka_committed=kafka_committed,
+        end_offset=end_offset,
+        lag=max(0, end_offset - position),
+        problems=tuple(problems),
+    )
+
+
+def materialized_ranges(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: int, *, limit: int = 10_000
+) -> set[tuple[int, int]]:
+    """The (from, until) offsets of every materialization of one asset partition."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[str(partition)]), limit=limit
+    ).records
+    ranges = set()
+    for record in records:
+        materialization = record.asset_materialization
+        if materialization is None:
+            continue
+        metadata = materialization.metadata
+        start, until = metadata.get("cohort/from_offset"), metadata.get("cohort/until_offset")
+        if start is not None and until is not None:
+            ranges.add((int(start.value), int(until.value)))
+    return ranges
+
+
+def gather_audits(
+    coordinator: Coordinator,
+    group: str,
+    topic: str,
+    partitions: int,
+    *,
+    instance: dg.DagsterInstance,
+    asset_key: dg.AssetKey,
+    kafka: Any,
+) -> list[PartitionAudit]:
+    """Audit partitions 0..partitions-1 of `topic` for `group` (kafka: a `KafkaResource`)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    marks: Mapping[TopicPartition, tuple[int, int]] = kafka.watermarks(tps)
+    in_kafka = kafka.committed_offsets(group, tps)
+    audits = []
+    for tp in tps:
+        ledger = [(e.from_offset, e.until_offset, e.gap_reason) for e in coordinator.ledger_history(group, *tp)]
+        low, high = marks[tp]
+        audits.append(
+            audit_partition(
+                tp,
+                ledger,
+                materialized_ranges(instance, asset_key, tp.partition),
+                kafka_committed=in_kafka.get(tp),
+                end_offset=high,
+                low_offset=low,
+            )
+        )
+    return audits

@@ -1,0 +1,243 @@
+"""The membership and topic sensors: typed cursors, a time budget, `SensorResult` (STYLE pattern 8).
+
+Membership: per group, evict members whose Dagster run failed or was canceled, persist what the clock
+made due (expired sessions and progress deadlines: the coordinator removes those members and starts the
+rebalance), then request a rerun of every worker slot whose member was removed while its run had not
+succeeded. The run key holds the group, the slot, the generation and the removed member, so a rerun is
+never deduplicated away and never requested twice for one loss.
+
+Topic: watch the subscribed topics' partition counts (and, for pattern subscriptions, which topics
+match), add the new partitions to the topics' dynamic partition sets, report the change to the
+coordinator (which starts a rebalance) and request one run per worker slot.
+
+Both read time through an injected `Clock` (tests advance a `ManualClock`; nothing sleeps) and stop early
+when their time budget is spent, resuming at the next tick.
+"""
+
+import hashlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+
+from assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from assets.translator import CohortConfig, DagsterCohortTranslator
+from assets.worker import GENERATION_TAG, GROUP_TAG, SLOT_TAG, worker_run_config
+from assignment.clock import Clock
+from assignment.errors import CoordinatorError
+from assignment.group_state import EventKind, GroupRecord
+from resources.group import CohortGroupResource
+from resources.kafka import KafkaResource
+
+__all__ = ["build_membership_sensor", "build_topic_sensor", "due"]
+
+_DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+_CLEAN_LEAVE = "left:"
+
+
+def due(record: GroupRecord, now: float) -> bool:
+    """Whether the clock has made anything due in `record` (an expiry, a join phase, a pending id)."""
+    deadlines = [record.rebalance_deadline, record.initial_delay_until, *record.pending.values()]
+    for member in record.members.values():
+        deadlines += [member.session_deadline, member.progress_deadline]
+    return any(d is not None and d <= now for d in deadlines)
+
+
+def _run_statuses(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[str, dg.DagsterRunStatus]:
+    if not run_ids:
+        return {}
+    runs = instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))
+    return {run.run_id: run.status for run in runs}
+
+
+def _membership_tick(
+    context: dg.SensorEvaluationContext,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    group: CohortGroupResource,
+    clock: Clock | None,
+    seen: GroupCursor,
+) -> tuple[GroupCursor, list[dg.RunRequest]]:
+    coordinator = group.get_coordinator(clock)
+    record = coordinator.store.load(config.group)
+    if record is None:
+        return seen, []
+    live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in record.members.items()}
+    known = {**seen.members, **live}
+    statuses = _run_statuses(context.instance, sorted({rid for _s, rid in known.values() if rid}))
+    evicted = False
+    for member_id, (_slot, run_id) in live.items():
+        status = statuses.get(run_id) if run_id else None
+        if status in _DEAD_RUN:
+            try:
+                coordinator.evict_member(config.group, member_id, f"run {run_id} {status.value.lower()}")
+                evicted = True
+            except CoordinatorError as exc:  # already gone: the events below tell what happened
+                context.log.info(f"group {config.group!r}: eviction of {member_id} skipped: {exc}")
+    if not evicted and due(record, coordinator.clock.now()):
+        coordinator.expire(config.group)
+    requests: list[dg.RunRequest] = []
+    removed: set[str] = set()
+    last_event = seen.last_event
+    for event_id, event in coordinator.group_events(config.group, after=seen.last_event):
+        last_event = max(last_event, event_id)
+        if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
+            continue
+        removed.add(event.member_id)
+        slot, run_id = known.get(event.member_id, (None, None))
+        if slot is None or event.reason.startswith(_CLEAN_LEAVE):
+            continue
+        if run_id is not None and statuses.get(run_id) is dg.DagsterRunStatus.SUCCESS:
+            continue  # a finished static member whose session ran out: nothing was orphaned
+        context.log.info(f"group {config.group!r}: slot {slot} lost member {event.member_id} ({event.reason})")
+        requests.append(
+            dg.RunRequest(
+                run_key=f"{config.group}:slot-{slot}:gen-{event.generation}:{event.member_id[-12:]}",
+                job_name=translator.get_job_name(config.group),
+                run_config=worker_run_config(config, slot),
+                tags={
+                    GROUP_TAG: config.group,
+                    SLOT_TAG: str(slot),
+                    GENERATION_TAG: str(event.generation),
+                    "cohort/reason": event.reason[:200],
+                    "cohort/rerun_of": run_id or "",
+                },
+            )
+        )
+    members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
+    return GroupCursor(last_event=last_event, members=members), requests
+
+
+def build_membership_sensor(
+    configs: Sequence[CohortConfig],
+    jobs: Sequence[dg.JobDefinition],
+    *,
+    translator: DagsterCohortTranslator | None = None,
+    clock: Clock | None = None,
+    name: str = "cohort_membership_sensor",
+    minimum_interval_seconds: int = 15,
+    time_budget_s: float = 20.0,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+) -> dg.SensorDefinition:
+    """A sensor evicting lost members of `configs`' groups and requesting reruns of their worker slots.
+
+    Example:
+        >>> sensor = build_membership_sensor([config], [worker_job])  # doctest: +SKIP
+    """
+    translator = translator or DagsterCohortTranslator()
+    keys = {c.resource_key for c in configs}
+
+    @dg.sensor(
+        name=name,
+        jobs=list(jobs),
+        minimum_interval_seconds=minimum_interval_seconds,
+        required_resource_keys=keys,
+        default_status=default_status,
+        description="Evicts members whose session, progress deadline or run ended; reruns their slots.",
+    )
+    def membership_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        started = time.monotonic()
+        cursor = MembershipCursor.from_json(context.cursor)
+        groups = dict(cursor.groups)
+        requests: list[dg.RunRequest] = []
+        order = list(configs)
+        start = cursor.next_group % len(order) if order else 0
+        next_group = 0
+        for index in range(len(order)):
+            position = (start + index) % len(order)
+            if index and time.monotonic() - started > time_budget_s:
+                next_group = position  # resume here next tick
+                break
+            config = order[position]
+            group: CohortGroupResource = getattr(context.resources, config.resource_key)
+            seen = groups.get(config.group, GroupCursor())
+            groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
+            requests += made
+        return dg.SensorResult(run_requests=requests, cursor=MembershipCursor(groups, next_group).to_json())
+
+    return membership_sensor
+
+
+def _subscribed(config: CohortConfig, counts: Mapping[str, int]) -> dict[str, int]:
+    regex = re.compile(config.topic_pattern) if config.topic_pattern else None
+    return {t: n for t, n in sorted(counts.items()) if t in config.topics or (regex is not None and regex.fullmatch(t))}
+
+
+def _missing_keys(instance: dg.DagsterInstance, name: str, count: int) -> list[str]:
+    existing = set(instance.get_dynamic_partitions(name))
+    return [str(p) for p in range(count) if str(p) not in existing]
+
+
+def build_topic_sensor(
+    configs: Sequence[CohortConfig],
+    jobs: Sequence[dg.JobDefinition],
+    *,
+    translator: DagsterCohortTranslator | None = None,
+    clock: Clock | None = None,
+    name: str = "cohort_topic_sensor",
+    minimum_interval_seconds: int = 30,
+    time_budget_s: float = 20.0,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+) -> dg.SensorDefinition:
+    """A sensor following partition counts and pattern matches of `configs`' subscriptions.
+
+    Example:
+        >>> sensor = build_topic_sensor([config], [worker_job])  # doctest: +SKIP
+    """
+    translator = translator or DagsterCohortTranslator()
+    keys = {c.resource_key for c in configs} | {"kafka"}
+
+    @dg.sensor(
+        name=name,
+        jobs=list(jobs),
+        minimum_interval_seconds=minimum_interval_seconds,
+        required_resource_keys=keys,
+        default_status=default_status,
+        description="Adds partitions of grown or new subscribed topics, rebalances, requests runs.",
+    )
+    def topic_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        started = time.monotonic()
+        cursor = TopicCursor.from_json(context.cursor)
+        seen: dict[str, Mapping[str, int]] = dict(cursor.counts)
+        kafka: KafkaResource = context.resources.kafka
+        everything = kafka.partition_counts()
+        requests: list[dg.RunRequest] = []
+        additions: list[dg.AddDynamicPartitionsRequest] = []
+        for config in configs:
+            if time.monotonic() - started > time_budget_s:
+                break  # the cursor keeps the old counts of the rest: they are looked at next tick
+            now = _subscribed(config, everything)
+            before = seen.get(config.group)
+            if now == before:
+                continue
+            for topic, count in now.items():
+                if (before or {}).get(topic) == count:
+                    continue
+                name_ = translator.get_partitions_def_name(config.group, topic)
+                missing = _missing_keys(context.instance, name_, count)
+                if missing:
+                    additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
+            group: CohortGroupResource = getattr(context.resources, config.resource_key)
+            report = everything if config.topic_pattern else now
+            rebalanced = group.get_coordinator(clock).report_topic_metadata(config.group, report)
+            seen[config.group] = now
+            if before is None and not rebalanced:
+                continue  # first sight: partitions registered, the schedule starts the group
+            digest = hashlib.sha1(repr(sorted(now.items())).encode()).hexdigest()[:10]
+            generation = group.get_coordinator(clock).describe_group(config.group).generation
+            context.log.info(f"group {config.group!r}: subscribed topics changed to {now}; rebalance={rebalanced}")
+            for slot in group.slots():
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"{config.group}:slot-{slot}:gen-{generation}:topics-{digest}",
+                        job_name=translator.get_job_name(config.group),
+                        run_config=worker_run_config(config, slot),
+                        tags={GROUP_TAG: config.group, SLOT_TAG: str(slot), GENERATION_TAG: str(generation)},
+                    )
+                )
+        return dg.SensorResult(
+            run_requests=requests, dynamic_partitions_requests=additions, cursor=TopicCursor(seen).to_json()
+        )
+
+    return topic_sensor

@@ -1,0 +1,254 @@
+"""The worker run: one Dagster run of a group's worker job is one member of the group for one batch.
+
+It joins the group as its worker slot (a static member), waits (bounded) for its assignment, heartbeats
+while Spark works, runs the batch for exactly its partitions with itself as the fenced ledger, and logs
+one `AssetMaterialization` per consumed topic partition with the SPEC section 7 metadata. The assignment
+is only known once the run has joined, so the job's op reports materializations of the topic assets'
+partition keys at runtime rather than being launched for a partition key. At the end it leaves the group
+or keeps its static membership (`leave_on_finish`).
+
+A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the
+worker rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's
+output is withdrawn by the sink and its offsets stay uncommitted, so nothing is counted twice.
+"""
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
+from assignment.errors import (
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    PartitionNotOwnedError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from assignment.member import GroupMember
+from assignment.types import TopicPartition
+from resources.group import CohortGroupResource
+from resources.kafka import KafkaResource
+from resources.spark import SparkResource
+
+__all__ = ["MAX_ATTEMPTS", "SLOT_TAG", "WorkerOutcome", "build_worker_job", "materializations", "worker_run_config"]
+
+MAX_ATTEMPTS = 3
+SLOT_TAG = "cohort/slot"
+GROUP_TAG = "cohort/group"
+GENERATION_TAG = "cohort/generation"
+_REBALANCED = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError, PartitionNotOwnedError)
+
+BatchRunner = Callable[..., Any]
+"""`pipelines.batch.run_batch`-compatible callable returning a `BatchResult`."""
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """What one worker run did: its identity in the group, and the batch result (None if idle)."""
+
+    group: str
+    slot: int
+    instance_id: str
+    member_id: str
+    generation: int
+    assignment: tuple[TopicPartition, ...]
+    result: Any
+    lag_after: Mapping[TopicPartition, int]
+    attempts: int
+
+
+def worker_run_config(config: CohortConfig, slot: int) -> dict[str, Any]:
+    """The run config launching worker slot `slot` of the group's worker job."""
+    return {"ops": {_op_name(config): {"config": {"slot": slot}}}}
+
+
+def _op_name(config: CohortConfig) -> str:
+    return f"cohort_worker_op__{safe_name(config.group)}"
+
+
+def _default_runner() -> BatchRunner:
+    from pipelines.batch import run_batch
+
+    return run_batch
+
+
+def _register_partitions(
+    instance: dg.DagsterInstance,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    tps: Sequence[TopicPartition],
+) -> None:
+    by_topic: dict[str, list[str]] = {}
+    for tp in sorted(tps):
+        by_topic.setdefault(tp.topic, []).append(str(tp.partition))
+    for topic, keys in by_topic.items():
+        name = translator.get_partitions_def_name(config.group, topic)
+        missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
+        if missing:
+            instance.add_dynamic_partitions(name, missing)
+
+
+def run_worker(
+    context: dg.OpExecutionContext,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    group: CohortGroupResource,
+    kafka: KafkaResource,
+    spark: SparkResource,
+    slot: int,
+    *,
+    runner: BatchRunner | None = None,
+) -> WorkerOutcome:
+    """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay."""
+    runner = runner if runner is not None else _default_runner()
+    member: GroupMember = group.member(
+        slot,
+        run_id=context.run_id,
+        topic_metadata=lambda: kafka.subscribed_partition_counts(group.topics, group.topic_pattern),
+    )
+    started = time.monotonic()
+    attempts = 0
+    try:
+        assignment = member.join()
+        while True:
+            attempts += 1
+            context.log.info(
+                f"group {config.group!r} slot {slot}: member {member.member_id} generation {member.generation}, "
+                f"assigned {[str(tp) for tp in assignment]} after {time.monotonic() - started:.1f} s"
+            )
+            if not assignment:
+                result = None
+                break
+            _register_partitions(context.instance, config, translator, assignment)
+            try:
+                result = runner(
+                    spark.get_session(),
+                    config.pipeline,
+                    kafka.client_config(),
+                    list(assignment),
+                    member,
+                    mirror=kafka.get_mirror(),
+                    run_id=context.run_id,
+                    group=config.group,
+                )
+            except _REBALANCED as exc:
+                if attempts >= MAX_ATTEMPTS:
+                    raise
+                context.log.warning(f"group {config.group!r} slot {slot}: {exc.code}; rejoining ({attempts})")
+                assignment = member.ensure_active()
+                continue
+            if getattr(result, "mirror_error", None):
+                context.log.warning(
+                    f"Kafka mirror of the commit failed (the ledger's commit stands): {result.mirror_error}"
+                )
+            break
+        lag_after = kafka.end_offsets([p.topic_partition for p in result.partitions]) if result else {}
+        outcome = WorkerOutcome(
+            group=config.group,
+            slot=slot,
+            instance_id=group.instance_id(slot),
+            member_id=member.member_id or "",
+            generation=member.generation,
+            assignment=tuple(assignment),
+            result=result,
+            lag_after={
+                tp: max(0, end - result.partition(tp.topic, tp.partition).until_offset) for tp, end in lag_after.items()
+            },
+            attempts=attempts,
+        )
+    except FencedInstanceIdError:
+        context.log.error(f"slot {slot} was fenced: another live run holds {group.instance_id(slot)}")
+        member.close(leave=False)
+        raise
+    except BaseException:
+        member.close(leave=group.leave_on_finish)
+        raise
+    member.close(leave=group.leave_on_finish)
+    return outcome
+
+
+def materializations(
+    outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str
+) -> Iterator[dg.AssetMaterialization]:
+    """One materialization per consumed topic partition, with numeric offset metadata (SPEC section 7)."""
+    if outcome.result is None:
+        return
+    for part in outcome.result.partitions:
+        tp = part.topic_partition
+        p = METADATA_PREFIX
+        metadata: dict[str, Any] = {
+            f"{p}topic": part.topic,
+            f"{p}partition": dg.MetadataValue.int(part.partition),
+            f"{p}from_offset": dg.MetadataValue.int(part.from_offset),
+            f"{p}until_offset": dg.MetadataValue.int(part.until_offset),
+            f"{p}records": dg.MetadataValue.int(part.records),
+            f"{p}quarantined": dg.MetadataValue.int(part.quarantined),
+            f"{p}lag_after": dg.MetadataValue.int(outcome.lag_after.get(tp, 0)),
+            f"{p}group": outcome.group,
+            f"{p}generation": dg.MetadataValue.int(outcome.generation),
+            f"{p}member": outcome.member_id,
+            f"{p}instance_id": outcome.instance_id,
+            f"{p}run_id": run_id,
+            f"{p}start": part.start,
+        }
+        if part.gap is not None:
+            metadata[f"{p}gap"] = f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}"
+        yield dg.AssetMaterialization(
+            asset_key=translator.get_asset_key(outcome.group, part.topic),
+            partition=str(part.partition),
+            description=f"{tp} [{part.from_offset}, {part.until_offset}) by {outcome.instance_id}",
+            metadata=metadata,
+        )
+
+
+def build_worker_job(
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    *,
+    runner: BatchRunner | None = None,
+) -> dg.JobDefinition:
+    """The group's worker job: one op that is one member for one batch; the slot comes from run config."""
+    group_key = config.resource_key
+
+    @dg.op(
+        name=_op_name(config),
+        required_resource_keys={group_key, "kafka", "spark"},
+        config_schema={"slot": dg.Field(int, description="Worker slot (1-based); its static instance id.")},
+        description=f"Join group {config.group!r} as a worker slot, consume the assigned partitions, commit.",
+        tags={GROUP_TAG: config.group},
+    )
+    def cohort_worker(context: dg.OpExecutionContext) -> Iterator[Any]:
+        group: CohortGroupResource = getattr(context.resources, group_key)
+        outcome = run_worker(
+            context,
+            config,
+            translator,
+            group,
+            context.resources.kafka,
+            context.resources.spark,
+            int(context.op_config["slot"]),
+            runner=runner,
+        )
+        yield from materializations(outcome, translator, context.run_id)
+        yield dg.Output(
+            None,
+            metadata={
+                f"{METADATA_PREFIX}generation": dg.MetadataValue.int(outcome.generation),
+                f"{METADATA_PREFIX}partitions": dg.MetadataValue.int(len(outcome.assignment)),
+                f"{METADATA_PREFIX}records": dg.MetadataValue.int(outcome.result.records if outcome.result else 0),
+                f"{METADATA_PREFIX}attempts": dg.MetadataValue.int(outcome.attempts),
+            },
+        )
+
+    @dg.job(
+        name=translator.get_job_name(config.group),
+        description=f"One member of group {config.group!r} for one batch (launch one run per worker slot).",
+        tags={GROUP_TAG: config.group},
+    )
+    def worker_job() -> None:
+        cohort_worker()
+
+    return worker_job

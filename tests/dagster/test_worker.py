@@ -1,0 +1,108 @@
+"""End-to-end worker runs in process: real broker, real Spark, real coordinator store, real Dagster instance."""
+
+import dagster as dg
+import sqlalchemy as sa
+from pyspark.sql import functions as F
+
+from assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
+from assets.worker import worker_run_config
+from tests.dagster.support import config_for, definitions_for, json_records
+
+T = DagsterCohortTranslator()
+
+
+def _checks(defs, config, instance):
+    result = defs.resolve_job_def(T.get_checks_job_name(config.group)).execute_in_process(instance=instance)
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_worker_materializes_each_assigned_partition_with_offsets(
+    make_setup, topic_factory, produce_records, instance, spark
+):
+    topic = topic_factory(3, suffix="orders")
+    produce_records(topic, json_records(30, 3, malformed={4, 7}))
+    setup = make_setup((topic,), slots=1, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    job = defs.resolve_job_def(T.get_job_name(config.group))
+
+    result = job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance)
+
+    assert result.success
+    key = T.get_asset_key(config.group, topic)
+    assert instance.get_materialized_partitions(key) == {"0", "1", "2"}
+    by_partition = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.materialization
+        assert materialization.asset_key == key
+        by_partition[materialization.partition] = {k: v.value for k, v in materialization.metadata.items()}
+        assert isinstance(materialization.metadata["cohort/records"], dg.IntMetadataValue)
+    assert sorted(by_partition) == ["0", "1", "2"]
+    for p, meta in by_partition.items():
+        assert (meta["cohort/partition"], meta["cohort/from_offset"], meta["cohort/until_offset"]) == (int(p), 0, 10)
+        assert meta["cohort/lag_after"] == 0
+        assert meta["cohort/group"] == config.group
+        assert meta["cohort/instance_id"] == f"{config.group}/worker-1"
+        assert meta["cohort/run_id"] == result.run_id
+        assert meta["cohort/generation"] >= 1
+    # records 4 and 7 are malformed: partition 1 (4 % 3) and partition 1 (7 % 3)
+    assert (by_partition["1"]["cohort/records"], by_partition["1"]["cohort/quarantined"]) == (8, 2)
+    assert sum(m["cohort/records"] + m["cohort/quarantined"] for m in by_partition.values()) == 30
+    sink = spark.read.parquet(setup.sink)
+    assert sink.count() == 28
+    assert sink.select(F.col("kafka.partition"), F.col("kafka.offset")).distinct().count() == 28
+
+    # the ledger, the materializations and Kafka's committed offsets agree; nothing left to consume
+    checks = _checks(defs, config, instance)
+    assert checks[CHECK_CONTIGUOUS].passed, checks[CHECK_CONTIGUOUS].metadata
+    assert checks[CHECK_LAG].passed
+
+    # a second batch after more records consumes exactly the new ones
+    produce_records(topic, [(0, None, b'{"id": 100, "kind": "late"}')])
+    again = job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance)
+    ranges = {
+        e.materialization.partition: (
+            e.materialization.metadata["cohort/from_offset"].value,
+            e.materialization.metadata["cohort/until_offset"].value,
+        )
+        for e in again.get_asset_materialization_events()
+    }
+    assert ranges == {"0": (10, 11), "1": (10, 10), "2": (10, 10)}
+    assert spark.read.parquet(setup.sink).count() == 29
+
+
+def test_asset_checks_fail_on_a_forged_gap_and_on_lag(make_setup, topic_factory, produce_records, instance, spark):
+    topic = topic_factory(2, suffix="forged")
+    produce_records(topic, json_records(20, 2))
+    setup = make_setup((topic,), slots=1, lag_threshold=3, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    job = defs.resolve_job_def(T.get_job_name(config.group))
+    assert job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance).success
+    assert all(c.passed for c in _checks(defs, config, instance).values())
+
+    # forge a corrupt ledger: a range [12, 15) after the committed offset 10 of partition 0, written below
+    # the coordinator (which refuses non-contiguous commits), as a damaged or hand-edited store would hold
+    produce_records(topic, [(0, None, b'{"id": 1}')] * 5 + [(1, None, b'{"id": 2}')] * 4)
+    engine = sa.create_engine(setup.store_url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "insert into cohort_offset_ranges (group_name, topic, partition, from_offset, until_offset, records,"
+                " quarantined, generation, committed_at) values (:g, :t, 0, 12, 15, 3, 0, 1, 0)"
+            ),
+            {"g": config.group, "t": topic},
+        )
+        conn.execute(
+            sa.text(
+                "update cohort_offsets set next_offset = 15 where group_name = :g and topic = :t and partition = 0"
+            ),
+            {"g": config.group, "t": topic},
+        )
+    engine.dispose()
+    checks = _checks(defs, config, instance)
+    assert not checks[CHECK_CONTIGUOUS].passed
+    details = checks[CHECK_CONTIGUOUS].metadata["cohort/details"].value
+    assert "gap between offset 10 and range [12, 15)" in details
+    assert not checks[CHECK_LAG].passed  # partition 1 is 4 records behind, threshold 3
+    assert checks[CHECK_LAG].metadata["cohort/max_lag"].value == 4
