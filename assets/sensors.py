@@ -18,6 +18,7 @@ import hashlib
 import re
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -136,7 +137,7 @@ def build_membership_sensor(
         default_status=default_status,
         description="Evicts members whose session, progress deadline or run ended; reruns their slots.",
     )
-    def membership_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def membership_sensor(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
         started = time.monotonic()
         cursor = MembershipCursor.from_json(context.cursor)
         groups = dict(cursor.groups)
@@ -150,7 +151,7 @@ def build_membership_sensor(
                 next_group = position  # resume here next tick
                 break
             config = order[position]
-            group: CohortGroupResource = getattr(context.resources, config.resource_key)
+            group: CohortGroupResource = resources[config.resource_key]
             seen = groups.get(config.group, GroupCursor())
             groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
             requests += made
@@ -196,11 +197,11 @@ def build_topic_sensor(
         default_status=default_status,
         description="Adds partitions of grown or new subscribed topics, rebalances, requests runs.",
     )
-    def topic_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def topic_sensor(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
         started = time.monotonic()
         cursor = TopicCursor.from_json(context.cursor)
         seen: dict[str, Mapping[str, int]] = dict(cursor.counts)
-        kafka: KafkaResource = context.resources.kafka
+        kafka: KafkaResource = resources["kafka"]
         everything = kafka.partition_counts()
         requests: list[dg.RunRequest] = []
         additions: list[dg.AddDynamicPartitionsRequest] = []
@@ -218,7 +219,7 @@ def build_topic_sensor(
                 missing = _missing_keys(context.instance, name_, count)
                 if missing:
                     additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
-            group: CohortGroupResource = getattr(context.resources, config.resource_key)
+            group: CohortGroupResource = resources[config.resource_key]
             report = everything if config.topic_pattern else now
             rebalanced = group.get_coordinator(clock).report_topic_metadata(config.group, report)
             seen[config.group] = now

@@ -12,6 +12,8 @@ worker rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times;
 output is withdrawn by the sink and its offsets stay uncommitted, so nothing is counted twice.
 """
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +27,6 @@ from assignment.errors import (
     IllegalGenerationError,
     PartitionNotOwnedError,
     RebalanceInProgressError,
-    UnknownMemberIdError,
 )
 from assignment.member import GroupMember
 from assignment.types import TopicPartition
@@ -39,7 +40,9 @@ MAX_ATTEMPTS = 3
 SLOT_TAG = "cohort/slot"
 GROUP_TAG = "cohort/group"
 GENERATION_TAG = "cohort/generation"
-_REBALANCED = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError, PartitionNotOwnedError)
+_REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)
+"""Refusals after which the member rejoins and runs again. UNKNOWN_MEMBER_ID is not one: the member was
+removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
 
 BatchRunner = Callable[..., Any]
 """`pipelines.batch.run_batch`-compatible callable returning a `BatchResult`."""
@@ -91,6 +94,45 @@ def _register_partitions(
             instance.add_dynamic_partitions(name, missing)
 
 
+def _spark_fingerprint(session: Any) -> tuple[int, int] | None:
+    """(newest active stage id, completed tasks of active stages), None when Spark cannot tell (Connect)."""
+    try:
+        tracker = session.sparkContext.statusTracker()
+    except Exception:
+        return None
+    stages = [info for info in (tracker.getStageInfo(i) for i in tracker.getActiveStageIds()) if info is not None]
+    return (max((s.stageId for s in stages), default=-1), sum(s.numCompletedTasks for s in stages))
+
+
+@contextlib.contextmanager
+def _progress_reporter(member: GroupMember, spark: SparkResource, interval_s: float) -> Iterator[None]:
+    """Report progress (reset the progress deadline) whenever Spark completes tasks or starts stages.
+
+    A batch stuck in one task (or a driver stuck outside Spark) reports nothing, so the coordinator
+    evicts it at the progress deadline, like Kafka's max.poll.interval.ms. With Spark Connect, where task
+    progress is not visible, every interval counts as progress.
+    """
+    stop = threading.Event()
+
+    def loop() -> None:
+        last: tuple[int, int] | None = None
+        while not stop.wait(interval_s):
+            session = spark.started_session()
+            current = _spark_fingerprint(session) if session is not None else None
+            if session is not None and (current is None or current != last):
+                with contextlib.suppress(Exception):  # a lost membership surfaces at commit
+                    member.report_progress()
+            last = current
+
+    thread = threading.Thread(target=loop, name="cohort-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def run_worker(
     context: dg.OpExecutionContext,
     config: CohortConfig,
@@ -124,16 +166,17 @@ def run_worker(
                 break
             _register_partitions(context.instance, config, translator, assignment)
             try:
-                result = runner(
-                    spark.get_session(),
-                    config.pipeline,
-                    kafka.client_config(),
-                    list(assignment),
-                    member,
-                    mirror=kafka.get_mirror(),
-                    run_id=context.run_id,
-                    group=config.group,
-                )
+                with _progress_reporter(member, spark, member.heartbeat_interval):
+                    result = runner(
+                        spark.get_session(),
+                        config.pipeline,
+                        kafka.client_config(),
+                        list(assignment),
+                        member,
+                        mirror=kafka.get_mirror(),
+                        run_id=context.run_id,
+                        group=config.group,
+                    )
             except _REBALANCED as exc:
                 if attempts >= MAX_ATTEMPTS:
                     raise

@@ -56,3 +56,7 @@ class SparkResource(dg.ConfigurableResource):
                 session.sparkContext.setLogLevel(self.log_level)
             self._session = session
         return self._session
+
+    def started_session(self) -> Any:
+        """The session if `get_session()` created it already, else None (never starts Spark)."""
+        return self._session

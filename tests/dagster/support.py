@@ -74,6 +74,7 @@ def config_for(setup: Setup) -> CohortConfig:
         "session_timeout_s": 6.0,
         "heartbeat_interval_s": 1.0,
         "rebalance_timeout_s": 30.0,
+        "progress_timeout_s": 120.0,
         "join_timeout_s": 90.0,
         **setup.settings,
     }

@@ -1,0 +1,104 @@
+"""Two worker slots share a topic; one is killed mid-batch; the membership sensor reruns its slot.
+
+Real broker, real Spark, real coordinator store and a real Dagster instance shared with the killed worker's
+process. The sensor reads time through a ManualClock advanced past the session timeout: nothing sleeps
+for a timeout.
+"""
+
+import time
+
+import dagster as dg
+from pyspark.sql import functions as F
+
+from assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
+from assets.worker import worker_run_config
+from assignment import TopicPartition
+from assignment.clock import ManualClock
+from assignment.coordinator import Coordinator
+from tests.dagster.support import (
+    config_for,
+    definitions_for,
+    json_records,
+    kill_process_group,
+    start_worker_process,
+    wait_for,
+)
+
+T = DagsterCohortTranslator()
+
+
+def test_killed_slot_is_rerun_from_committed_offsets(
+    make_setup, topic_factory, produce_records, instance, spark, tmp_path
+):
+    topic = topic_factory(4, suffix="shared")
+    produce_records(topic, json_records(80, 4, malformed={5, 6}))
+    setup = make_setup((topic,), slots=2)
+    config = config_for(setup)
+    coordinator = Coordinator.from_url(setup.store_url)
+
+    # slot 2 runs in its own process with a transform that stalls mid-batch (after reading, before writing)
+    victim = start_worker_process(setup.__class__(**{**setup.__dict__, "slow_s": 600.0}), 2, tmp_path / "victim.log")
+    try:
+        wait_for(
+            lambda: any(
+                m.instance_id == f"{config.group}/worker-2" for m in coordinator.describe_group(config.group).members
+            ),
+            timeout_s=60,
+            what="slot 2 to join",
+        )
+        # slot 1 joins within the initial rebalance delay: one generation, partitions split between the two
+        defs = definitions_for(setup)
+        job = defs.resolve_job_def(T.get_job_name(config.group))
+        survivor = job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance)
+        assert survivor.success
+        mine = {int(e.materialization.partition) for e in survivor.get_asset_materialization_events()}
+        assert len(mine) == 2, mine
+        orphaned = sorted({0, 1, 2, 3} - mine)
+        # the victim is stuck in its batch: it owns its partitions and committed nothing
+        assert victim.poll() is None, (tmp_path / "victim.log").read_text()[-3000:]
+        assert all(
+            coordinator.fetch_offsets(config.group, [TopicPartition(topic, p)])[TopicPartition(topic, p)] is None
+            for p in orphaned
+        )
+    finally:
+        kill_process_group(victim)
+    victim_runs = [r for r in instance.get_runs() if r.run_id != survivor.run_id and r.job_name == job.name]
+    assert len(victim_runs) == 1 and victim_runs[0].status is dg.DagsterRunStatus.STARTED
+
+    # the membership sensor, past the victim's session timeout, evicts it and requests a rerun of slot 2
+    clock = ManualClock(time.time() + 60)
+    sensor_defs = definitions_for(setup, clock=clock)
+    sensor = sensor_defs.resolve_sensor_def("cohort_membership_sensor")
+    with dg.build_sensor_context(instance=instance, resources=sensor_defs.resources) as context:
+        result = sensor(context)
+    assert len(result.run_requests) == 1
+    request = result.run_requests[0]
+    assert request.tags["cohort/slot"] == "2" and request.tags["cohort/rerun_of"] == victim_runs[0].run_id
+    assert request.run_key.startswith(f"{config.group}:slot-2:gen-")
+    assert coordinator.describe_group(config.group).members == ()
+
+    # a second tick with the new cursor asks for nothing more
+    with dg.build_sensor_context(instance=instance, resources=sensor_defs.resources, cursor=result.cursor) as context:
+        assert sensor(context).run_requests == []
+
+    # the rerun consumes exactly the orphaned ranges: from their committed offset (none) to the end
+    rerun = job.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance)
+    assert rerun.success
+    consumed = {
+        int(e.materialization.partition): (
+            e.materialization.metadata["cohort/from_offset"].value,
+            e.materialization.metadata["cohort/until_offset"].value,
+        )
+        for e in rerun.get_asset_materialization_events()
+    }
+    assert {p: r for p, r in consumed.items() if r[1] > r[0]} == {p: (0, 20) for p in orphaned}
+    assert all(r[0] == r[1] == 20 for p, r in consumed.items() if p in mine)
+
+    # the sink holds every good record once; the two malformed ones are quarantined
+    sink = spark.read.parquet(setup.sink)
+    assert sink.count() == 78
+    assert sink.select(F.col("kafka.partition"), F.col("kafka.offset")).distinct().count() == 78
+    checks = defs.resolve_job_def(T.get_checks_job_name(config.group)).execute_in_process(instance=instance)
+    evaluations = {e.check_name: e.passed for e in checks.get_asset_check_evaluations()}
+    assert evaluations == {CHECK_CONTIGUOUS: True, CHECK_LAG: True}
+    coordinator.close()
