@@ -8,10 +8,12 @@ then a handful of numpy arrays, so per-partition work happens in C rather than i
 Building the view also validates the owned partitions and settles conflicting claims:
 
 - a member listing a partition twice is a `ValueError`;
-- a claim on a deleted topic, on a topic the member no longer subscribes to, or beyond the topic's current
-  partition count is dropped;
 - a partition claimed by several members goes to the claim with the highest generation; when several claims
-  share the highest generation none of them keeps it (the group cannot tell which is current).
+  share the highest generation none of them keeps it (the group cannot tell which is current). A claim
+  beaten by a newer generation is stale: that member no longer holds the partition;
+- the winning claim is then dropped if it is on a deleted topic, on a topic the member no longer subscribes
+  to, or beyond the topic's current partition count. The partition is free, not handed back to a stale
+  claim: the member that had it most recently still holds it until it revokes it.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ class Cluster:
     """bool[C, T]: member c subscribes to topic t (and the topic is assignable)."""
     retained: np.ndarray
     """int32[P]: the member whose claim on the partition survives validation and conflicts, else -1."""
-    claim_count: np.ndarray
-    """int32[P]: how many members list the partition as owned, valid claim or not."""
-    claimer: np.ndarray
-    """int32[P]: a member listing the partition (the only one when claim_count is 1), else -1."""
+    holders: np.ndarray
+    """int32[P]: how many members still hold the partition: they list it (subscribed or not) and no other
+    member lists it with a higher generation. A claim beaten by a newer generation is stale, not held."""
+    holder: np.ndarray
+    """int32[P]: a member holding the partition (the only one when holders is 1), else -1."""
     objects: np.ndarray
     """object[P]: the caller's TopicPartition for the partition where one was passed in, else None."""
     has_object: np.ndarray
@@ -199,23 +202,14 @@ class _Claims:
     ) -> Cluster:
         num_partitions = int(offsets[-1])
         claimant = self.member[self.in_space]
-        claim_count = np.bincount(self.gid, minlength=num_partitions).astype(np.int32)
-        claimer = np.full(num_partitions, -1, dtype=np.int32)
-        claimer[self.gid] = claimant
-
-        # Valid claims: the claimant still subscribes to the topic.
-        valid = subscribed[claimant, self.topic] if len(claimant) else np.zeros(0, dtype=bool)
-        gid, owner = self.gid[valid], claimant[valid]
+        holders, holder = _holders(self.gid, claimant, generations, num_partitions)
+        # The sole holder keeps the partition if it still subscribes to the topic.
         retained = np.full(num_partitions, -1, dtype=np.int32)
-        if len(gid) and np.bincount(gid, minlength=num_partitions).max() > 1:
-            generation = generations[owner]
-            best = np.full(num_partitions, np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(best, gid, generation)
-            top = generation == best[gid]
-            winners = np.bincount(gid[top], minlength=num_partitions)
-            keep = top & (winners[gid] == 1)
-            gid, owner = gid[keep], owner[keep]
-        retained[gid] = owner
+        sole = np.flatnonzero(holders == 1)
+        if len(sole):
+            topic = np.searchsorted(offsets, sole, side="right") - 1
+            keeps = subscribed[holder[sole], topic]
+            retained[sole[keeps]] = holder[sole[keeps]]
 
         objects = np.empty(num_partitions, dtype=object)
         has_object = np.zeros(num_partitions, dtype=bool)
@@ -234,8 +228,27 @@ class _Claims:
             offsets=offsets,
             subscribed=subscribed,
             retained=retained,
-            claim_count=claim_count,
-            claimer=claimer,
+            holders=holders,
+            holder=holder,
             objects=objects,
             has_object=has_object,
         )
+
+
+def _holders(
+    gid: np.ndarray, claimant: np.ndarray, generations: np.ndarray, num_partitions: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per partition: how many claims are at the highest generation among its claims, and one such claimant."""
+    holder = np.full(num_partitions, -1, dtype=np.int32)
+    if len(gid) == 0:
+        return np.zeros(num_partitions, dtype=np.int32), holder
+    count = np.bincount(gid, minlength=num_partitions)
+    if count.max() > 1:
+        generation = generations[claimant]
+        best = np.full(num_partitions, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(best, gid, generation)
+        current = generation == best[gid]
+        gid, claimant = gid[current], claimant[current]
+        count = np.bincount(gid, minlength=num_partitions)
+    holder[gid] = claimant
+    return count.astype(np.int32), holder

@@ -105,7 +105,9 @@ def _balance_topic(
     positions = np.flatnonzero(holder_counts >= low + 2)
     donors_of = holders[positions]
     previously_theirs = retained[start + positions] == donors_of
-    sort = np.argsort(donors_of.astype(np.int64) * 2 + previously_theirs, kind="stable")
+    # Per donor: partitions it did not own before first (lowest first), then its own, highest first, so
+    # that like the quota path a member keeps its lowest partitions.
+    sort = np.lexsort((np.where(previously_theirs, -positions, positions), previously_theirs, donors_of))
     positions, donors_of = positions[sort].tolist(), donors_of[sort]
     donors, first, taken = np.unique(donors_of, return_index=True, return_counts=True)
     receivers = subscribers[subscriber_counts <= high - 2].tolist()

@@ -30,18 +30,19 @@ def all_assignable(counts: Mapping[str, int], subs: Mapping[str, Subscription]) 
 
 
 def previous_owners(counts: Mapping[str, int], subs: Mapping[str, Subscription]) -> dict[TopicPartition, str]:
-    """Partition -> member whose owned claim survives: valid, and the unique highest generation."""
+    """Partition -> member whose owned claim survives: the unique highest generation among all claims on the
+    partition (a member that dropped the topic still competes), and valid for that member."""
+    wanted = all_assignable(counts, subs)
     claims: dict[TopicPartition, list[tuple[int, str]]] = defaultdict(list)
     for member, sub in subs.items():
-        valid = assignable(counts, sub)
         for tp in sub.owned_partitions:
-            if tp in valid:
+            if tp in wanted:
                 claims[tp].append((sub.generation, member))
     owners = {}
     for tp, entries in claims.items():
         best = max(g for g, _ in entries)
         at_best = [m for g, m in entries if g == best]
-        if len(at_best) == 1:
+        if len(at_best) == 1 and tp in assignable(counts, subs[at_best[0]]):
             owners[tp] = at_best[0]
     return owners
 
@@ -121,8 +122,14 @@ def check_no_swaps(previous: Mapping[TopicPartition, str], result: Result) -> No
         assert (topic, b, a) not in moves, f"{topic}: partitions moved both {a} -> {b} and {b} -> {a}"
 
 
-def owned_by_others(subs: Mapping[str, Subscription], member: str) -> set[TopicPartition]:
-    return {tp for m, sub in subs.items() if m != member for tp in sub.owned_partitions}
+def held_by_others(subs: Mapping[str, Subscription], member: str) -> set[TopicPartition]:
+    """Partitions another member still holds: it lists them (subscribed or not) and nobody lists them with a
+    newer generation. A claim beaten by a newer generation is stale and holds nothing."""
+    newest: dict[TopicPartition, int] = {}
+    for sub in subs.values():
+        for tp in sub.owned_partitions:
+            newest[tp] = max(newest.get(tp, sub.generation), sub.generation)
+    return {tp for m, sub in subs.items() if m != member for tp in sub.owned_partitions if sub.generation == newest[tp]}
 
 
 # --- the oracle must itself be able to fail -------------------------------------------------------------
@@ -163,14 +170,26 @@ def test_minimal_revocations_counts_the_extra_slot_for_big_owners() -> None:
 
 def test_previous_owners_applies_generations_and_drops_ties() -> None:
     subs = {
-        "a": Subscription(["t"], [tp("t", 0), tp("t", 1)], generation=3),
+        "a": Subscription(["t"], [tp("t", 0), tp("t", 1), tp("t", 2)], generation=3),
         "b": Subscription(["t"], [tp("t", 0)], generation=2),
         "c": Subscription(["t"], [tp("t", 1)], generation=3),
+        "d": Subscription(["u"], [tp("t", 2)], generation=4),
     }
-    assert previous_owners({"t": 2}, subs) == {tp("t", 0): "a"}
+    assert previous_owners({"t": 3, "u": 1}, subs) == {tp("t", 0): "a"}
 
 
 def test_check_no_swaps_rejects_crossing_moves() -> None:
     previous = {tp("t", 0): "a", tp("t", 1): "b"}
     with pytest.raises(AssertionError, match="moved both"):
         check_no_swaps(previous, {"a": [tp("t", 1)], "b": [tp("t", 0)]})
+
+
+def test_held_by_others_ignores_claims_beaten_by_a_newer_generation() -> None:
+    subs = {
+        "a": Subscription(["t"], [tp("t", 0), tp("t", 1)], generation=1),
+        "b": Subscription(["u"], [tp("t", 0)], generation=2),
+        "c": Subscription(["t"], [tp("t", 1)], generation=1),
+    }
+    assert held_by_others(subs, "c") == {tp("t", 0), tp("t", 1)}
+    assert held_by_others(subs, "a") == {tp("t", 0), tp("t", 1)}
+    assert held_by_others(subs, "b") == {tp("t", 1)}
