@@ -1,0 +1,240 @@
+"""The membership and topic sensors on a real Dagster instance, a real SQLite store and the real broker.
+
+Time is a ManualClock: sessions expire because the test moves the clock, never because it sleeps.
+"""
+
+import json
+import re
+import uuid
+
+import dagster as dg
+import pytest
+
+from assets.cursors import MembershipCursor, TopicCursor
+from assets.factory import build_cohort_definitions
+from assets.translator import CohortConfig, DagsterCohortTranslator
+from assignment.clock import ManualClock
+from assignment.group_state import GroupState
+from assignment.messages import JoinComplete, JoinRequest
+from resources import KafkaResource
+
+T = DagsterCohortTranslator()
+
+
+class ScriptedKafka(KafkaResource):
+    """Kafka whose partition counts are scripted: the embedded broker cannot add partitions."""
+
+    counts_json: str = "{}"
+
+    def partition_counts(self, topics=None):
+        counts = json.loads(self.counts_json)
+        return {t: n for t, n in counts.items() if topics is None or t in set(topics)}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_000_000.0)
+
+
+def _config(group: str, sqlite_url: str, **kwargs) -> CohortConfig:
+    settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 10.0, "rebalance_timeout_s": 30.0}
+    kwargs.setdefault("topics", ("orders",))
+    return CohortConfig(group=group, store_url=sqlite_url, worker_slots=3, group_settings=settings, **kwargs)
+
+
+def _run(instance: dg.DagsterInstance, *, fail: bool) -> str:
+    @dg.op
+    def work() -> None:
+        if fail:
+            raise RuntimeError("the batch failed")
+
+    @dg.job(name="some_worker_run")
+    def job() -> None:
+        work()
+
+    return job.execute_in_process(instance=instance, raise_on_error=False).run_id
+
+
+def _form_group(coordinator, group: str, members: dict[int, str | None], topics=("orders",), pattern=None) -> dict:
+    """Join static members for slots -> run ids and sync them: a Stable group of one generation."""
+    requests = {
+        slot: JoinRequest(
+            instance_id=f"{group}/worker-{slot}",
+            client_id=run_id,
+            topics=topics,
+            topic_pattern=pattern,
+            session_timeout=10,
+            rebalance_timeout=30,
+        )
+        for slot, run_id in members.items()
+    }
+    joined: dict[int, JoinComplete] = {}
+    for _ in range(10):
+        for slot, request in requests.items():
+            answer = coordinator.join(group, request)
+            requests[slot] = request.with_member_id(answer.member_id)
+            if isinstance(answer, JoinComplete):
+                joined[slot] = answer
+        generations = {j.generation for j in joined.values()}
+        if len(joined) == len(requests) and len(generations) == 1:
+            break
+    for answer in sorted(joined.values(), key=lambda j: not j.is_leader):
+        coordinator.sync(group, answer.member_id, answer.generation)
+    assert coordinator.describe_group(group).state is GroupState.STABLE
+    return {slot: j.member_id for slot, j in joined.items()}
+
+
+def _tick(sensor, instance, resources, cursor=None):
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        return sensor(context)
+
+
+def _membership(configs, resources, clock):
+    defs = build_cohort_definitions(configs, kafka=resources["kafka"], clock=clock)
+    return defs.resolve_sensor_def("cohort_membership_sensor")
+
+
+def test_failed_run_is_evicted_and_its_slot_rerun_once(sqlite_url, kafka_config, clock):
+    config = _config("orders-ingest", sqlite_url)
+    group = config.group_resource()
+    coordinator = group.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 6})
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    with dg.instance_for_test() as instance:
+        failed, ok = _run(instance, fail=True), _run(instance, fail=False)
+        members = _form_group(coordinator, config.group, {1: failed, 2: ok})
+        sensor = _membership([config], resources, clock)
+        generation = coordinator.describe_group(config.group).generation
+
+        result = _tick(sensor, instance, resources)
+
+        assert [r.tags["cohort/slot"] for r in result.run_requests] == ["1"]
+        request = result.run_requests[0]
+        assert request.job_name == T.get_job_name(config.group)
+        assert request.run_key == f"{config.group}:slot-1:gen-{generation}:{members[1][-12:]}"
+        assert request.run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": 1}}}}
+        assert request.tags["cohort/rerun_of"] == failed
+        described = coordinator.describe_group(config.group)
+        assert [m.instance_id for m in described.members] == ["orders-ingest/worker-2"]
+        assert described.state is GroupState.PREPARING_REBALANCE
+        cursor = MembershipCursor.from_json(result.cursor)
+        assert set(cursor.groups[config.group].members) == {members[2]}
+
+        again = _tick(sensor, instance, resources, cursor=result.cursor)
+        assert again.run_requests == []
+
+
+def test_expired_sessions_rerun_only_slots_whose_run_did_not_succeed(sqlite_url, kafka_config, clock):
+    config = _config("clicks", sqlite_url)
+    group = config.group_resource()
+    coordinator = group.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 4})
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    with dg.instance_for_test() as instance:
+        ok = _run(instance, fail=False)
+        lost = str(uuid.uuid4())  # a run the instance never heard the end of (its process was killed)
+        members = _form_group(coordinator, config.group, {1: lost, 3: ok})
+        sensor = _membership([config], resources, clock)
+        generation = coordinator.describe_group(config.group).generation
+
+        quiet = _tick(sensor, instance, resources)
+        assert quiet.run_requests == []
+        assert len(coordinator.describe_group(config.group).members) == 2
+
+        clock.advance(10.5)  # past the 10 s session timeout of both members
+        result = _tick(sensor, instance, resources, cursor=quiet.cursor)
+
+        assert [(r.tags["cohort/slot"], r.run_key) for r in result.run_requests] == [
+            ("1", f"clicks:slot-1:gen-{generation}:{members[1][-12:]}")
+        ]
+        assert coordinator.describe_group(config.group).state is GroupState.EMPTY
+        assert _tick(sensor, instance, resources, cursor=result.cursor).run_requests == []
+
+
+def test_clean_leave_requests_no_rerun_and_the_budget_resumes(sqlite_url, kafka_config, clock):
+    configs = [_config(f"g{i}", sqlite_url) for i in range(3)]
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {"kafka": kafka, **{c.resource_key: c.group_resource() for c in configs}}
+    with dg.instance_for_test() as instance:
+        coordinator = resources[configs[0].resource_key].get_coordinator(clock)
+        coordinator.report_topic_metadata("g0", {"orders": 2})
+        members = _form_group(coordinator, "g0", {2: _run(instance, fail=True)})
+        defs = build_cohort_definitions(configs, kafka=kafka, clock=clock)
+        sensor = defs.resolve_sensor_def("cohort_membership_sensor")
+        first = _tick(sensor, instance, resources)
+        assert len(first.run_requests) == 1  # the failed run's member
+
+        coordinator.report_topic_metadata("g1", {"orders": 2})
+        left = _form_group(coordinator, "g1", {1: None})
+        coordinator.leave("g1", left[1], instance_id="g1/worker-1", reason="closed")
+        second = _tick(sensor, instance, resources, cursor=first.cursor)
+        assert second.run_requests == []
+        assert MembershipCursor.from_json(second.cursor).groups["g0"].last_event > 0
+        assert members
+
+
+def _topic_sensor(configs, clock, kafka):
+    defs = build_cohort_definitions(configs, kafka=kafka, clock=clock)
+    return defs.resolve_sensor_def("cohort_topic_sensor")
+
+
+def test_new_topic_matching_a_pattern_adds_partitions_and_requests_runs(
+    sqlite_url, kafka_config, topic_factory, clock, request
+):
+    first = topic_factory(2, suffix="pat-a")
+    pattern = r"t\d+-" + re.escape(request.node.name) + r"-pat-.*"
+    config = _config("pattern-group", sqlite_url, topics=(), topic_pattern=pattern)
+    group = config.group_resource()
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    coordinator = group.get_coordinator(clock)
+    sensor = _topic_sensor([config], clock, kafka)
+    with dg.instance_for_test() as instance:
+        tick1 = _tick(sensor, instance, resources)
+        assert tick1.run_requests == []
+        assert [(r.partitions_def_name, list(r.partition_keys)) for r in tick1.dynamic_partitions_requests] == [
+            (T.get_partitions_def_name(config.group, first), ["0", "1"])
+        ]
+        assert coordinator.describe_group(config.group).partitions_per_topic.get(first) == 2
+        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group, first), ["0", "1"])
+
+        _form_group(coordinator, config.group, {1: None}, topics=(), pattern=pattern)
+        assert _tick(sensor, instance, resources, cursor=tick1.cursor).run_requests == []
+
+        second = topic_factory(3, suffix="pat-b")
+        topic_factory(1, suffix="other")  # not matching: ignored
+        tick2 = _tick(sensor, instance, resources, cursor=tick1.cursor)
+
+        assert [(r.partitions_def_name, list(r.partition_keys)) for r in tick2.dynamic_partitions_requests] == [
+            (T.get_partitions_def_name(config.group, second), ["0", "1", "2"])
+        ]
+        assert sorted(r.tags["cohort/slot"] for r in tick2.run_requests) == ["1", "2", "3"]
+        assert all(":gen-1:topics-" in r.run_key for r in tick2.run_requests)
+        described = coordinator.describe_group(config.group)
+        assert described.state is GroupState.PREPARING_REBALANCE
+        assert described.partitions_per_topic[second] == 3
+        assert TopicCursor.from_json(tick2.cursor).counts[config.group] == {first: 2, second: 3}
+        assert _tick(sensor, instance, resources, cursor=tick2.cursor).run_requests == []
+
+
+def test_partition_count_growth_adds_the_new_partitions_and_rebalances(sqlite_url, clock):
+    config = _config("growing", sqlite_url, topics=("orders",))
+    group = config.group_resource()
+    coordinator = group.get_coordinator(clock)
+    with dg.instance_for_test() as instance:
+        kafka = ScriptedKafka(bootstrap_servers="scripted:9092", counts_json='{"orders": 2, "unrelated": 5}')
+        sensor = _topic_sensor([config], clock, kafka)
+        tick1 = _tick(sensor, instance, {config.resource_key: group, "kafka": kafka})
+        assert [list(r.partition_keys) for r in tick1.dynamic_partitions_requests] == [["0", "1"]]
+        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group, "orders"), ["0", "1"])
+        _form_group(coordinator, config.group, {1: None, 2: None})
+
+        grown = ScriptedKafka(bootstrap_servers="scripted:9092", counts_json='{"orders": 3, "unrelated": 5}')
+        tick2 = _tick(sensor, instance, {config.resource_key: group, "kafka": grown}, cursor=tick1.cursor)
+
+        assert [list(r.partition_keys) for r in tick2.dynamic_partitions_requests] == [["2"]]
+        assert len(tick2.run_requests) == 3
+        assert coordinator.describe_group(config.group).state is GroupState.PREPARING_REBALANCE
+        assert coordinator.describe_group(config.group).partitions_per_topic == {"orders": 3}
