@@ -5,6 +5,7 @@ process. The sensor reads time through a ManualClock advanced past the session t
 for a timeout.
 """
 
+import re
 import time
 
 import dagster as dg
@@ -102,3 +103,41 @@ def test_killed_slot_is_rerun_from_committed_offsets(
     evaluations = {e.check_name: e.passed for e in checks.get_asset_check_evaluations()}
     assert evaluations == {CHECK_CONTIGUOUS: True, CHECK_LAG: True}
     coordinator.close()
+
+
+def test_new_topic_matching_the_pattern_is_consumed_after_the_topic_sensor(
+    make_setup, topic_factory, produce_records, instance, spark, request
+):
+    first = topic_factory(2, suffix="grow-a")
+    produce_records(first, json_records(10, 2))
+    pattern = r"t\d+-" + re.escape(request.node.name) + r"-grow-.*"
+    setup = make_setup((), topic_pattern=pattern, slots=1, settings={"initial_rebalance_delay_s": 0.0})
+    setup = setup.__class__(**{**setup.__dict__, "topics": (first,)})  # known at load time: gets an asset
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    job = defs.resolve_job_def(T.get_job_name(config.group))
+    assert job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance).success
+    assert instance.get_materialized_partitions(T.get_asset_key(config.group, first)) == {"0", "1"}
+
+    sensor = defs.resolve_sensor_def("cohort_topic_sensor")
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        seen = sensor(context)
+    second = topic_factory(3, suffix="grow-b")
+    produce_records(second, json_records(9, 3))
+    with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=seen.cursor) as context:
+        grown = sensor(context)
+    assert [(r.partitions_def_name, list(r.partition_keys)) for r in grown.dynamic_partitions_requests] == [
+        (T.get_partitions_def_name(config.group, second), ["0", "1", "2"])
+    ]
+    assert len(grown.run_requests) == 1
+    run = grown.run_requests[0]
+    result = job.execute_in_process(run_config=run.run_config, tags=run.tags, instance=instance)
+    assert result.success
+    consumed = {
+        (e.materialization.asset_key, e.materialization.partition): e.materialization.metadata["cohort/records"].value
+        for e in result.get_asset_materialization_events()
+    }
+    key = T.get_asset_key(config.group, second)
+    assert {p: n for (k, p), n in consumed.items() if k == key} == {"0": 3, "1": 3, "2": 3}
+    assert instance.get_dynamic_partitions(T.get_partitions_def_name(config.group, second)) == ["0", "1", "2"]
+    assert spark.read.parquet(setup.sink).count() == 19
