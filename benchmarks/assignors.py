@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -109,22 +110,37 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_rounds(size: Size, mode: str, repeats: int, assign: Callable[[dict[str, tuple]], dict[str, list]]) -> Row:
-    """Rounds (a), (b), (c) through `assign`, which maps member -> (topics, owned, generation) to a result."""
+@dataclass(frozen=True)
+class Engine:
+    """How to run one assignor: `prepare` builds its input from member -> (topics, owned, generation) outside
+    the timed region; `run` is the timed call; `result` turns its output into member -> partitions."""
+
+    prepare: Callable[[dict[str, tuple]], Any]
+    run: Callable[[Any], Any]
+    result: Callable[[Any], dict[str, list]]
+
+
+def run_rounds(size: Size, mode: str, repeats: int, engine: Engine) -> Row:
+    """Rounds (a) initial, (b) one member leaves, (c) one member joins, owned partitions taken from (a)."""
     counts, topics, joiner = group(size, mode)
     members = sorted(topics)
-    baseline = rss_mb()
-    initial, t_initial = timed(lambda: assign({m: (topics[m], [], -1) for m in members}), repeats)
+    start_rss = rss_mb()
+
+    def play(members_in: dict[str, tuple]) -> tuple[dict[str, list], float]:
+        prepared = engine.prepare(members_in)
+        output, ms = timed(lambda: engine.run(prepared), repeats)
+        return engine.result(output), ms
+
+    initial, t_initial = play({m: (topics[m], [], -1) for m in members})
     leaver = members[len(members) // 2]
-    leave_in = {m: (topics[m], initial[m], 1) for m in members if m != leaver}
-    after_leave, t_leave = timed(lambda: assign(leave_in), repeats)
+    after_leave, t_leave = play({m: (topics[m], initial[m], 1) for m in members if m != leaver})
     join_in = {m: (topics[m], initial[m], 1) for m in members}
     join_in["member-joiner"] = (joiner, [], -1)
-    after_join, t_join = timed(lambda: assign(join_in), repeats)
+    after_join, t_join = play(join_in)
     row: Row = {
         "ms": {"initial": t_initial, "leave": t_leave, "join": t_join},
         "moved": {"leave": moved(initial, after_leave), "join": moved(initial, after_join)},
-        "rss_before_mb": baseline,
+        "rss_start_mb": start_rss,
         "peak_rss_mb": peak_rss_mb(),
     }
     if mode == "equal":
@@ -141,12 +157,12 @@ def run_rounds(size: Size, mode: str, repeats: int, assign: Callable[[dict[str, 
 def cohort_worker(size: Size, mode: str, repeats: int) -> Row:
     assignor = StickyAssignor()
     counts, _, _ = group(size, mode)
-
-    def assign(members: dict[str, tuple]) -> dict[str, list]:
-        subs = {m: Subscription(t, owned, generation) for m, (t, owned, generation) in members.items()}
-        return assignor.assign(counts, subs)
-
-    return run_rounds(size, mode, repeats, assign)
+    engine = Engine(
+        prepare=lambda members: {m: Subscription(t, owned, g) for m, (t, owned, g) in members.items()},
+        run=lambda subs: assignor.assign(counts, subs),
+        result=lambda output: output,
+    )
+    return run_rounds(size, mode, repeats, engine)
 
 
 def kafka_python_worker(size: Size, mode: str, repeats: int) -> Row:
@@ -169,17 +185,22 @@ def kafka_python_worker(size: Size, mode: str, repeats: int) -> Row:
         def partitions_for_topic(self, topic: str) -> set[int] | None:
             return set(range(counts[topic])) if topic in counts else None
 
-    def assign(members: dict[str, tuple]) -> dict[str, list]:
-        joined = [
+    def prepare(members: dict[str, tuple]) -> list[Member]:
+        return [
             Member(m, StickyPartitionAssignor._metadata(sorted(t), [KafkaTopicPartition(*tp) for tp in owned], g))
             if owned
             else Member(m, StickyPartitionAssignor._metadata(sorted(t), None))
             for m, (t, owned, g) in members.items()
         ]
-        result = StickyPartitionAssignor().assign(ClusterMetadata(), joined)
-        return {m: [TopicPartition(t, p) for t, ps in a.assigned_partitions for p in ps] for m, a in result.items()}
 
-    return run_rounds(size, mode, repeats, assign)
+    engine = Engine(
+        prepare=prepare,
+        run=lambda members: StickyPartitionAssignor().assign(ClusterMetadata(), members),
+        result=lambda output: {
+            m: [TopicPartition(t, p) for t, ps in a.assigned_partitions for p in ps] for m, a in output.items()
+        },
+    )
+    return run_rounds(size, mode, repeats, engine)
 
 
 def child(worker: str, size: Size, mode: str, repeats: int, timeout: float) -> Row | None:
@@ -203,7 +224,7 @@ def describe(label: str, mode: str, engine: str, row: Row | None, limit: float) 
     return (
         f"{label:<12} {mode:<15} {engine:<13} initial {ms['initial']:9.1f} ms  leave {ms['leave']:9.1f} ms  "
         f"join {ms['join']:9.1f} ms  moved leave/join {mv['leave']}/{mv['join']}{least}  "
-        f"peak RSS {row['peak_rss_mb']:.0f} MB (inputs {row['rss_before_mb']:.0f} MB)"
+        f"peak RSS {row['peak_rss_mb']:.0f} MB (at start {row['rss_start_mb']:.0f} MB)"
     )
 
 
@@ -222,6 +243,7 @@ def main() -> None:
         return
 
     sizes = SIZES[:3] if args.quick else SIZES
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     results: dict[tuple[str, str, str], Row | None] = {}
     for size in sizes:
         for mode in MODES:
@@ -269,6 +291,7 @@ def main() -> None:
             "sticky_1m_x_2000_unequal_ms": round(unequal, 1),
             "peak_rss_1m_x_2000_mb": round(peak),
         }
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print(json.dumps(summary))
 
 

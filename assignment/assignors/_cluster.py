@@ -72,16 +72,6 @@ class Cluster:
     def num_members(self) -> int:
         return len(self.members)
 
-    def topic_index_of_partitions(self) -> np.ndarray:
-        """int32[P]: the topic index of every global partition id."""
-        sizes = np.diff(self.offsets)
-        return np.repeat(np.arange(len(self.topics), dtype=np.int32), sizes)
-
-    def partition_label(self, gid: int) -> TopicPartition:
-        """The TopicPartition of a global partition id (for error messages)."""
-        t = int(np.searchsorted(self.offsets, gid, side="right")) - 1
-        return TopicPartition(self.topics[t], gid - int(self.offsets[t]))
-
 
 def build_cluster(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> Cluster:
     """Validate the input and index it; see the module docstring for the rules applied to owned partitions."""

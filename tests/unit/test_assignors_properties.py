@@ -267,3 +267,16 @@ def test_churn_sequences(seed: int, equal: bool, n_topics: int, n_members: int) 
         owned = check_cooperative_rounds(group.counts, subs, generation)
         assert {tp for v in owned.values() for tp in v} == all_assignable(group.counts, subs)
         generation += 3
+
+
+def test_churn_replay_where_chained_moves_would_cross() -> None:
+    """A fixed churn sequence (seed 14, 3 topics, 6 members, unequal subscriptions) in which, at round 28,
+    balancing moves partitions A -> C -> B and B -> C -> A within one topic; the final uncrossing step must
+    send them home. Keeps that step covered even when the random churn runs do not hit such a chain."""
+    group = Churn(random.Random(14), False, 3, 6)
+    owned: Result = {}
+    for generation in range(40):
+        group.step()
+        subs = {m: Subscription(t, owned.get(m, []), generation) for m, t in group.topics.items()}
+        owned = STICKY.assign(group.counts, subs)
+        check_sticky(group.counts, subs, owned)
