@@ -134,7 +134,8 @@ class SyncComplete:
     """The member's partitions in `generation`.
 
     Partitions the member held before and no longer sees here must be revoked (commit, stop) and then
-    released by rejoining; `rejoin_after_revoke` is True when the group awaits such releases.
+    released by rejoining; `rejoin_after_revoke` is True when this member holds such partitions (their
+    new owner gets them in the follow-up round its rejoin starts).
     """
 
     member_id: str

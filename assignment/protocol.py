@@ -132,12 +132,15 @@ def _validate_join(group: GroupRecord, req: JoinRequest, ctx: Context) -> Coordi
             re.compile(req.topic_pattern)
         except re.error as exc:
             return InvalidRequestError(f"group {group.name!r}: bad topic pattern {req.topic_pattern!r}: {exc}")
-    others = [
-        m
+    known = group.members.get(req.member_id) if req.member_id is not None else None
+    if known is not None and known.protocols == tuple(dict.fromkeys(req.assignors)):
+        return None  # unchanged ballot: it was consistent when admitted, and removals only widen the choice
+    ballots = {
+        m.protocols
         for m in group.members.values()
         if m.member_id != req.member_id and (req.instance_id is None or m.instance_id != req.instance_id)
-    ]
-    candidates = candidate_assignors(others)
+    }
+    candidates = candidate_assignors(ballots)
     if candidates is not None and not candidates.intersection(req.assignors):
         return InconsistentGroupProtocolError(
             f"group {group.name!r}: the member supports {list(req.assignors)} but the group's members all "
@@ -373,7 +376,7 @@ def decide_sync(
     is in PreparingRebalance: rejoin), INVALID_REQUEST (a bad leader assignment; nothing is stored).
     """
     if group is None:
-        return Decision(start(None, name, ctx), error=GroupIdNotFoundError(f"group {name!r} does not exist"))
+        return Decision(start(None, name, ctx), error=UnknownMemberIdError(f"group {name!r} does not exist"))
     outcome = start(group, name, ctx)
     current = outcome.group
     checked = check_member(current, member_id, instance_id, generation)
@@ -396,7 +399,7 @@ def decide_sync(
     member = replace(member, synced=True, progress_deadline=progress)
     outcome = outcome.but(group_now.with_member(member))
     assert group_now.protocol is not None
-    revoking_anywhere = any(set(m.owned).difference(m.assigned) for m in group_now.members.values())
+    revoking = len(member.owned) > len(member.assigned)  # owned = assigned + partitions still to release
     return Decision(
         outcome,
         response=SyncComplete(
@@ -405,7 +408,7 @@ def decide_sync(
             group_now.protocol,
             group_now.rebalance_protocol,
             member.assigned,
-            rejoin_after_revoke=revoking_anywhere,
+            rejoin_after_revoke=revoking,
         ),
     )
 

@@ -76,11 +76,11 @@ class Context:
             return EAGER
 
 
-def candidate_assignors(members: Iterable[MemberRecord]) -> set[str] | None:
-    """Assignors every member supports; None when there are no members (anything goes)."""
+def candidate_assignors(ballots: Iterable[Iterable[str]]) -> set[str] | None:
+    """Assignors every ballot (a member's assignor list) contains; None when there is no ballot."""
     candidates: set[str] | None = None
-    for member in members:
-        names = set(member.protocols)
+    for ballot in ballots:
+        names = set(ballot)
         candidates = names if candidates is None else candidates & names
     return candidates
 
@@ -100,7 +100,7 @@ def elect_assignor(members: Iterable[MemberRecord]) -> str:
         'sticky'
     """
     ordered = sorted(members, key=lambda m: m.join_seq)
-    candidates = candidate_assignors(ordered)
+    candidates = candidate_assignors({m.protocols for m in ordered})
     if not ordered or not candidates:
         raise InconsistentGroupProtocolError("no assignor is supported by every member")
     votes = Counter(next(p for p in m.protocols if p in candidates) for m in ordered)
@@ -214,7 +214,13 @@ def advance(outcome: Outcome, ctx: Context) -> Outcome:
         outcome = outcome.but(group)
     if group.state in (_S.EMPTY, _S.DEAD):
         return outcome
-    expired = [(m.member_id, r) for m in group.members.values() if (r := _expiry_reason(group, m, now))]
+    expired = [
+        (m.member_id, reason)
+        for m in group.members.values()
+        # cheap comparisons first: this runs on every call over every member
+        if (m.session_deadline <= now or (m.progress_deadline is not None and m.progress_deadline <= now))
+        and (reason := _expiry_reason(group, m, now))
+    ]
     for member_id, reason in expired:
         outcome = remove_member(outcome, member_id, ctx, reason)
     if expired and outcome.group.state in (_S.STABLE, _S.COMPLETING_REBALANCE):

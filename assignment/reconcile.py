@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from assignment.errors import InvalidRequestError
 from assignment.group_state import GroupRecord, effective_topics
-from assignment.types import Assignor, Subscription, TopicPartition
+from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
 
 __all__ = [
     "Reconciliation",
@@ -43,12 +43,20 @@ __all__ = [
 
 def build_subscriptions(group: GroupRecord) -> dict[str, Subscription]:
     """Each member's subscription as the assignor sees it: effective topics (pattern resolved against the
-    known topics) and, for stickiness, the partitions it was last assigned with that generation."""
+    known topics) and its owned partitions with the generation of its last assignment.
+
+    Under the cooperative protocol "owned" is what the member really holds now (a cooperative assignor
+    withholds a moving partition from its new owner while the old one still holds it, so it must not be
+    told about a partition the old owner already released). Under eager every member released everything
+    when it rejoined, so "owned" is its previous assignment: the stickiness hint, as Kafka's eager sticky
+    assignor keeps it in the member's user data.
+    """
     known = group.partitions_per_topic
+    cooperative = group.rebalance_protocol == COOPERATIVE
     return {
         member_id: Subscription(
             topics=effective_topics(m, known),
-            owned_partitions=m.assigned,
+            owned_partitions=m.owned if cooperative else m.assigned,
             generation=m.assigned_generation,
             rack=m.rack,
         )

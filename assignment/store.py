@@ -127,6 +127,58 @@ events = sa.Table(
     sa.Index("ix_cohort_group_events_group", "group_name", "id"),
 )
 
+# Statements are built once: building and cache-keying Core constructs per call costs more than SQLite.
+_SELECT_GROUP = sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
+    groups.c.name == sa.bindparam("g_name")
+)
+_SELECT_GROUP_FOR_UPDATE = _SELECT_GROUP.with_for_update()
+_INSERT_GROUP = sa.insert(groups).values(
+    name=sa.bindparam("g_name"),
+    version=sa.bindparam("g_new_version"),
+    state=sa.bindparam("g_state"),
+    generation=sa.bindparam("g_generation"),
+    data=sa.bindparam("g_data"),
+    updated_at=sa.bindparam("g_updated_at"),
+)
+_UPDATE_GROUP = (
+    sa.update(groups)
+    .where(groups.c.name == sa.bindparam("g_name"), groups.c.version == sa.bindparam("g_version"))
+    .values(
+        version=sa.bindparam("g_new_version"),
+        state=sa.bindparam("g_state"),
+        generation=sa.bindparam("g_generation"),
+        data=sa.bindparam("g_data"),
+        updated_at=sa.bindparam("g_updated_at"),
+    )
+)
+_BUMP_GROUP = (
+    sa.update(groups)
+    .where(groups.c.name == sa.bindparam("g_name"), groups.c.version == sa.bindparam("g_version"))
+    .values(version=sa.bindparam("g_new_version"), updated_at=sa.bindparam("g_updated_at"))
+)
+_MEMBER_KEY = sa.and_(members.c.group_name == sa.bindparam("g"), members.c.member_id == sa.bindparam("m"))
+_SELECT_MEMBERS = sa.select(members.c.member_id, members.c.data).where(members.c.group_name == sa.bindparam("g"))
+_INSERT_MEMBER = sa.insert(members).values(
+    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d")
+)
+_UPDATE_MEMBER = sa.update(members).where(_MEMBER_KEY).values(data=sa.bindparam("d"))
+_DELETE_MEMBER = sa.delete(members).where(_MEMBER_KEY)
+_HEAD_KEY = (
+    heads.c.group_name == sa.bindparam("g"),
+    heads.c.topic == sa.bindparam("t"),
+    heads.c.partition == sa.bindparam("p"),
+)
+_UPDATE_HEAD = sa.update(heads).where(*_HEAD_KEY).values(next_offset=sa.bindparam("n"), updated_at=sa.bindparam("at"))
+_INSERT_HEAD = sa.insert(heads).values(
+    group_name=sa.bindparam("g"),
+    topic=sa.bindparam("t"),
+    partition=sa.bindparam("p"),
+    next_offset=sa.bindparam("n"),
+    updated_at=sa.bindparam("at"),
+)
+_INSERT_RANGE = sa.insert(ranges)
+_INSERT_EVENT = sa.insert(events)
+
 _CHUNK = 500
 _SCHEMA_LOCK_KEY = 0x636F686F7274  # "cohort": the advisory lock that serialises schema creation on PostgreSQL
 
@@ -211,6 +263,24 @@ def create_schema(engine: Engine) -> None:
             )
 
 
+def _header_changed(old: GroupRecord, new: GroupRecord) -> bool:
+    """Whether any group-level field (everything but the members) differs."""
+    return (
+        old.state is not new.state
+        or old.generation != new.generation
+        or old.protocol != new.protocol
+        or old.rebalance_protocol != new.rebalance_protocol
+        or old.leader_id != new.leader_id
+        or old.pending is not new.pending
+        or old.partitions_per_topic is not new.partitions_per_topic
+        or old.rebalance_deadline != new.rebalance_deadline
+        or old.initial_delay_until != new.initial_delay_until
+        or old.next_seq != new.next_seq
+        or old.rebalance_reason != new.rebalance_reason
+        or old.created_at != new.created_at
+    )
+
+
 def _pristine(group: GroupRecord) -> bool:
     """Whether `group` is an untouched new Empty group (a refused step on a missing group creates nothing)."""
     return group == GroupRecord(name=group.name, created_at=group.created_at)
@@ -265,12 +335,8 @@ class SqlGroupStore:
 
     def _transact_once(self, name: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
         with self.engine.begin() as conn:
-            query = sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
-                groups.c.name == name
-            )
-            if self._pg:
-                query = query.with_for_update()
-            row = conn.execute(query).first()
+            query = _SELECT_GROUP_FOR_UPDATE if self._pg else _SELECT_GROUP
+            row = conn.execute(query, {"g_name": name}).first()
             version = 0 if row is None else int(row.version)
             current = None if row is None else self._decode(conn, name, row)
             loaded: dict[TopicPartition, int | None] = {}
@@ -320,51 +386,41 @@ class SqlGroupStore:
         unchanged = new is old or (old is None and _pristine(new))
         if unchanged and not decision.entries:
             return version if old is not None else None
-        values = {
-            "state": new.state.value,
-            "generation": new.generation,
-            "data": encode_group(new),
-            "updated_at": time.time(),  # bookkeeping for operators; protocol time lives in the record
+        values: dict[str, Any] = {
+            "g_name": name,
+            "g_version": version,
+            "g_new_version": version + 1,
+            "g_updated_at": time.time(),  # bookkeeping for operators; protocol time lives in the record
         }
-        if old is None:
-            conn.execute(sa.insert(groups).values(name=name, version=1, **values))
+        if old is not None and not _header_changed(old, new):
+            done = conn.execute(_BUMP_GROUP, values)  # only members changed: no need to re-encode the header
         else:
-            done = conn.execute(
-                sa.update(groups)
-                .where(groups.c.name == name, groups.c.version == version)
-                .values(version=version + 1, **values)
-            )
-            if done.rowcount != 1:
-                raise StaleGroupVersionError(f"group {name!r} changed under the transaction (version {version})")
+            values.update(g_state=new.state.value, g_generation=new.generation, g_data=encode_group(new))
+            done = conn.execute(_INSERT_GROUP if old is None else _UPDATE_GROUP, values)
+        if old is not None and done.rowcount != 1:
+            raise StaleGroupVersionError(f"group {name!r} changed under the transaction (version {version})")
         self._persist_members(conn, name, old, new)
         self._persist_ledger(conn, name, decision, loaded)
         if decision.events:
-            conn.execute(sa.insert(events), [event_row(name, e) for e in decision.events])
+            conn.execute(_INSERT_EVENT, [event_row(name, e) for e in decision.events])
         return version + 1
 
     @staticmethod
     def _persist_members(conn: Connection, name: str, old: GroupRecord | None, new: GroupRecord) -> None:
         before = old.members if old is not None else {}
-        inserts, updates = [], []
-        for member_id, member in new.members.items():
-            previous = before.get(member_id)
-            if previous is member:
-                continue
-            row = {"g": name, "m": member_id, "d": encode_member(member)}
-            (updates if previous is not None else inserts).append(row)
-        removed = [{"g": name, "m": m} for m in before if m not in new.members]
-        key = sa.and_(members.c.group_name == sa.bindparam("g"), members.c.member_id == sa.bindparam("m"))
+        after = new.members
+        if after is before:
+            return
+        changed = [(mid, m) for mid, m in after.items() if before.get(mid) is not m]
+        removed = before.keys() - after.keys()
         if removed:
-            conn.execute(sa.delete(members).where(key), removed)
+            conn.execute(_DELETE_MEMBER, [{"g": name, "m": mid} for mid in removed])
+        updates = [{"g": name, "m": mid, "d": encode_member(m)} for mid, m in changed if mid in before]
+        inserts = [{"g": name, "m": mid, "d": encode_member(m)} for mid, m in changed if mid not in before]
         if updates:
-            conn.execute(sa.update(members).where(key).values(data=sa.bindparam("d")), updates)
+            conn.execute(_UPDATE_MEMBER, updates)
         if inserts:
-            conn.execute(
-                sa.insert(members).values(
-                    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d")
-                ),
-                inserts,
-            )
+            conn.execute(_INSERT_MEMBER, inserts)
 
     @staticmethod
     def _persist_ledger(
@@ -378,29 +434,11 @@ class SqlGroupStore:
             row = {"g": name, "t": tp.topic, "p": tp.partition, "n": until, "at": at}
             (moved if loaded.get(tp) is not None else fresh).append(row)
         if moved:
-            conn.execute(
-                sa.update(heads)
-                .where(
-                    heads.c.group_name == sa.bindparam("g"),
-                    heads.c.topic == sa.bindparam("t"),
-                    heads.c.partition == sa.bindparam("p"),
-                )
-                .values(next_offset=sa.bindparam("n"), updated_at=sa.bindparam("at")),
-                moved,
-            )
+            conn.execute(_UPDATE_HEAD, moved)
         if fresh:
-            conn.execute(
-                sa.insert(heads).values(
-                    group_name=sa.bindparam("g"),
-                    topic=sa.bindparam("t"),
-                    partition=sa.bindparam("p"),
-                    next_offset=sa.bindparam("n"),
-                    updated_at=sa.bindparam("at"),
-                ),
-                fresh,
-            )
+            conn.execute(_INSERT_HEAD, fresh)
         conn.execute(
-            sa.insert(ranges),
+            _INSERT_RANGE,
             [
                 {
                     "group_name": name,

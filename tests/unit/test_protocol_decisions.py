@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -30,8 +30,8 @@ from assignment.protocol import (
     decide_metadata,
     decide_sync,
 )
-from assignment.rebalance import Context, elect_assignor
-from assignment.types import TopicPartition
+from assignment.rebalance import Context, default_assignor_resolver, elect_assignor
+from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
 
 S = GroupState
 
@@ -39,15 +39,18 @@ S = GroupState
 class Sim:
     """Applies decisions to a group record kept in a variable: the whole coordinator minus the store."""
 
-    def __init__(self, config: GroupConfig | None = None, now: float = 100.0) -> None:
+    def __init__(
+        self, config: GroupConfig | None = None, now: float = 100.0, assignors: Callable[[str], Assignor] | None = None
+    ) -> None:
         self.config = config or GroupConfig(initial_rebalance_delay=0)
+        self.assignors = assignors or default_assignor_resolver
         self.now = now
         self.group: GroupRecord | None = None
         self.events: list[Any] = []
         self._ids = itertools.count(1)
 
     def ctx(self) -> Context:
-        return Context(now=self.now, config=self.config, new_member_id=f"m{next(self._ids)}")
+        return Context(now=self.now, config=self.config, new_member_id=f"m{next(self._ids)}", assignors=self.assignors)
 
     def apply(self, decision: Decision[Any]) -> Decision[Any]:
         self.group = None if decision.deleted else decision.group
@@ -59,7 +62,7 @@ class Sim:
 
     def admit(self, **kwargs: Any) -> str:
         """A dynamic member's two-step first join; returns its id."""
-        request = JoinRequest(topics=["t"], assignors=["range"], session_timeout=10, **kwargs)
+        request = JoinRequest(**{"topics": ["t"], "assignors": ["range"], "session_timeout": 10, **kwargs})
         first = self.join(request)
         assert isinstance(first.error, MemberIdRequiredError)
         self.join(request.with_member_id(first.error.member_id))
@@ -340,3 +343,52 @@ def test_metadata_changes_rebalance_only_stable_or_completing_groups() -> None:
     sim.rejoin(a)
     sim.sync(a)
     assert sim.group and sim.group.members[a].assigned == tuple(TopicPartition("t", p) for p in range(4))
+
+
+class MoveHighest:
+    """A tiny cooperative assignor: everyone keeps what it claims, except that the member with the most
+    gives its highest claimed partition to the member with the fewest, which (cooperatively) does not
+    receive it in this round if someone claims it; unclaimed partitions go to the member with the fewest."""
+
+    name = "move-highest"
+    protocol = COOPERATIVE
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> dict[str, list[TopicPartition]]:
+        claims = {m: sorted(s.owned_partitions) for m, s in subscriptions.items()}
+        claimed = {tp for parts in claims.values() for tp in parts}
+        result = {m: list(parts) for m, parts in claims.items()}
+        for p in range(partitions_per_topic.get("t", 0)):
+            if TopicPartition("t", p) not in claimed:
+                min(result.values(), key=len).append(TopicPartition("t", p))
+        most = max(result, key=lambda m: len(result[m]))
+        fewest = min(result, key=lambda m: len(result[m]))
+        if len(result[most]) - len(result[fewest]) > 1:
+            moving = result[most].pop()
+            if moving not in claimed:
+                result[fewest].append(moving)
+        return {m: sorted(parts) for m, parts in result.items()}
+
+
+def test_cooperative_assignors_see_what_members_hold_not_what_they_were_last_assigned() -> None:
+    """Regression (found by the contention test): a member assigned a new partition that rejoins before
+    syncing never held it. Had the assignor been told it owns it, the partition would be withheld from
+    its new owner and left to nobody."""
+    sim = Sim(assignors=lambda name: MoveHighest())
+    sim.apply(decide_metadata(None, "g", {"t": 2}, sim.ctx()))
+    ballot = {"assignors": ["move-highest"]}
+    x = sim.admit(**ballot)
+    sim.sync(x)  # x holds t-0 and t-1
+    sim.apply(decide_metadata(sim.group, "g", {"t": 3}, sim.ctx()))
+    sim.rejoin(x, owned_partitions=[TopicPartition("t", 0), TopicPartition("t", 1)], **ballot)
+    sim.sync(x)
+    assert sim.group and sim.group.members[x].owned == tuple(TopicPartition("t", p) for p in range(3))
+    # A new member arrives; x rejoins reporting only t-0 and t-1: it never learned about t-2.
+    c = sim.admit(**ballot)
+    sim.rejoin(x, owned_partitions=[TopicPartition("t", 0), TopicPartition("t", 1)], **ballot)
+    assert sim.group.members[x].owned == (TopicPartition("t", 0), TopicPartition("t", 1))
+    answer = sim.sync(x)
+    assert answer.error is None, answer.error
+    owners = {tp: m.member_id for m in sim.group.members.values() for tp in m.owned}
+    assert owners == {TopicPartition("t", 0): x, TopicPartition("t", 1): x, TopicPartition("t", 2): c}

@@ -1,0 +1,161 @@
+"""The SQL store: schema, engine settings, one transaction per step, per-group serialisation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from assignment.clock import ManualClock
+from assignment.coordinator import Coordinator
+from assignment.errors import NonContiguousRangeError, UnknownMemberIdError
+from assignment.group_state import GroupConfig, GroupState
+from assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore, create_store_engine
+from assignment.types import OffsetRange
+from tests.coordinator.harness import Client, tp
+
+TABLES = {
+    "cohort_schema_version",
+    "cohort_groups",
+    "cohort_group_members",
+    "cohort_offsets",
+    "cohort_offset_ranges",
+    "cohort_group_events",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+def _version(engine: sa.Engine, group: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(sa.text("SELECT version FROM cohort_groups WHERE name = :n"), {"n": group}).scalar_one()
+        )
+
+
+def test_schema_is_created_idempotently_with_its_version(url: str) -> None:
+    first = SqlGroupStore.from_url(url)
+    second = SqlGroupStore.from_url(url)  # a second process starting on the same database
+    assert set(sa.inspect(first.engine).get_table_names()) >= TABLES
+    with first.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT component, version FROM cohort_schema_version")).all()
+    assert [tuple(r) for r in rows] == [("coordinator", SCHEMA_VERSION)]
+    with first.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cohort_schema_version SET version = :v"), {"v": SCHEMA_VERSION + 1})
+    with pytest.raises(SchemaVersionError):
+        SqlGroupStore.from_url(url)
+    first.close()
+    second.close()
+
+
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+    engine.dispose()
+
+
+def test_each_step_is_one_versioned_write_and_reads_write_nothing(url: str, clock: ManualClock) -> None:
+    store = SqlGroupStore.from_url(url)
+    coordinator = Coordinator(store, clock=clock, config=GroupConfig(initial_rebalance_delay=0))
+    coordinator.report_topic_metadata("g", {"t": 1})
+    assert _version(store.engine, "g") == 1
+    client = Client(coordinator, "g", "a")
+    client.join()  # MEMBER_ID_REQUIRED (writes the handed-out id) + the join
+    client.sync()
+    assert _version(store.engine, "g") == 4
+    coordinator.describe_group("g")
+    coordinator.list_groups()
+    coordinator.fetch_offsets("g", [tp("t", 0)])
+    assert _version(store.engine, "g") == 4
+    with pytest.raises(NonContiguousRangeError):
+        client.commit(OffsetRange("t", 0, 0, 5), OffsetRange("t", 0, 6, 7))
+    assert _version(store.engine, "g") == 4  # refused: nothing written
+    client.commit(OffsetRange("t", 0, 0, 5, records=5))
+    assert _version(store.engine, "g") == 5
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.sync("missing", "m", 1)
+    assert [g.name for g in coordinator.list_groups()] == ["g"]  # a refused step creates no group
+    store.close()
+
+
+def test_two_stores_on_one_database_see_each_others_steps(url: str, clock: ManualClock) -> None:
+    config = GroupConfig(initial_rebalance_delay=0)
+    one = Coordinator(SqlGroupStore.from_url(url), clock=clock, config=config)
+    two = Coordinator(SqlGroupStore.from_url(url), clock=clock, config=config)
+    one.report_topic_metadata("g", {"t": 2})
+    a, b = Client(one, "g", "a"), Client(two, "g", "b")
+    a.join()
+    a.sync()
+    assert two.describe_group("g").state is GroupState.STABLE  # `two` caches nothing stale
+    b.join()
+    a.join()
+    b.join()
+    a.sync()
+    b.sync()
+    assert sorted(a.owned + b.owned) == [tp("t", 0), tp("t", 1)]
+    assert one.describe_group("g").assignment == two.describe_group("g").assignment
+    b.commit(OffsetRange("t", b.owned[0].partition, 0, 3, records=3))
+    assert one.fetch_offsets("g", b.owned) == {b.owned[0]: 3}
+    one.close()
+    two.close()
+
+
+def test_concurrent_threads_lose_no_update(url: str, clock: ManualClock) -> None:
+    """Eight threads race compare-and-set commits on one partition: every accepted range is kept."""
+    coordinator = Coordinator(SqlGroupStore.from_url(url), clock=clock)
+    accepted: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        ledger = coordinator.standalone_ledger("race")
+        for _ in range(15):
+            start = ledger.committed_offsets([tp("t", 0)])[tp("t", 0)] or 0
+            try:
+                ledger.commit([OffsetRange("t", 0, start, start + 1, records=1)])
+            except NonContiguousRangeError:
+                continue
+            with lock:
+                accepted.append(start)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    history = coordinator.ledger_history("race", "t", 0)
+    assert sorted(accepted) == [e.from_offset for e in history] == list(range(len(history)))
+    assert coordinator.fetch_offsets("race", [tp("t", 0)]) == {tp("t", 0): len(accepted)}
+    coordinator.close()
+
+
+def test_postgres_locks_one_group_not_the_others(pg_url: str, clock: ManualClock) -> None:
+    coordinator = Coordinator(
+        SqlGroupStore.from_url(pg_url), clock=clock, config=GroupConfig(initial_rebalance_delay=0)
+    )
+    for group in ("locked", "free"):
+        coordinator.report_topic_metadata(group, {"t": 1})
+    holder = sa.create_engine(pg_url)
+    done: list[str] = []
+    with holder.connect() as conn:
+        tx = conn.begin()
+        conn.execute(sa.text("SELECT version FROM cohort_groups WHERE name = 'locked' FOR UPDATE"))
+        blocked = threading.Thread(
+            target=lambda: done.append(str(coordinator.report_topic_metadata("locked", {"t": 2})))
+        )
+        blocked.start()
+        time.sleep(0.3)
+        assert done == []  # waiting for the row lock of its group
+        assert coordinator.report_topic_metadata("free", {"t": 2}) is False  # another group is not blocked
+        tx.commit()
+    blocked.join(10)
+    assert done == ["False"]
+    assert coordinator.describe_group("locked").partitions_per_topic == {"t": 2}
+    holder.dispose()
+    coordinator.close()
