@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
@@ -94,8 +93,8 @@ class CooperativeStickyAssignor:
     ['t-2', 't-3']
     """
 
-    name: ClassVar[str] = "cooperative-sticky"
-    protocol: ClassVar[str] = COOPERATIVE
+    name: str = "cooperative-sticky"
+    protocol: str = COOPERATIVE
 
     def assign(
         self,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import repeat
-from typing import ClassVar
 
 from assignment.assignors._common import (
     checked_members,
@@ -41,8 +40,8 @@ class RangeAssignor:
     ['t0-2', 't1-2']
     """
 
-    name: ClassVar[str] = "range"
-    protocol: ClassVar[str] = EAGER
+    name: str = "range"
+    protocol: str = EAGER
 
     def assign(
         self,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
-from typing import ClassVar
 
 from assignment.assignors._common import (
     checked_members,
@@ -34,8 +33,8 @@ class RoundRobinAssignor:
     ['t0-0', 't0-2', 't1-1']
     """
 
-    name: ClassVar[str] = "roundrobin"
-    protocol: ClassVar[str] = EAGER
+    name: str = "roundrobin"
+    protocol: str = EAGER
 
     def assign(
         self,

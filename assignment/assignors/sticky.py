@@ -27,7 +27,6 @@ iteration order of the mappings or collections passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
@@ -73,8 +72,8 @@ class StickyAssignor:
     {'C0': ['t0-0'], 'C1': ['t1-0', 't1-1'], 'C2': ['t2-0', 't2-1', 't2-2']}
     """
 
-    name: ClassVar[str] = "sticky"
-    protocol: ClassVar[str] = EAGER
+    name: str = "sticky"
+    protocol: str = EAGER
 
     def assign(
         self,
