@@ -21,6 +21,7 @@ __all__ = [
     "dumps",
     "encode_group",
     "encode_member",
+    "encode_member_partitions",
     "encode_partitions",
     "event_from_row",
     "event_row",
@@ -55,7 +56,7 @@ def decode_partitions(encoded: dict[str, list[list[int]]]) -> tuple[TopicPartiti
 
 
 def encode_member(m: MemberRecord) -> str:
-    """A member record as compact JSON."""
+    """A member record's small, often-changing fields (deadlines, flags, subscription) as compact JSON."""
     return dumps(
         {
             "i": m.instance_id,
@@ -72,17 +73,21 @@ def encode_member(m: MemberRecord) -> str:
             "g": m.generation,
             "j": m.joined,
             "s": m.synced,
-            "as": encode_partitions(m.assigned),
             "ag": m.assigned_generation,
-            "o": encode_partitions(m.owned),
             "pd": m.progress_deadline,
         }
     )
 
 
-def decode_member(member_id: str, text: str) -> MemberRecord:
-    """Inverse of `encode_member`."""
+def encode_member_partitions(m: MemberRecord) -> str:
+    """A member's assigned and owned partitions (large for big assignments, rarely changed) as JSON."""
+    return dumps({"as": encode_partitions(m.assigned), "o": encode_partitions(m.owned)})
+
+
+def decode_member(member_id: str, text: str, partitions: str) -> MemberRecord:
+    """Inverse of `encode_member` and `encode_member_partitions`."""
     d = json.loads(text)
+    parts = json.loads(partitions)
     return MemberRecord(
         member_id=member_id,
         instance_id=d["i"],
@@ -99,9 +104,9 @@ def decode_member(member_id: str, text: str) -> MemberRecord:
         generation=d["g"],
         joined=d["j"],
         synced=d["s"],
-        assigned=decode_partitions(d["as"]),
+        assigned=decode_partitions(parts["as"]),
         assigned_generation=d["ag"],
-        owned=decode_partitions(d["o"]),
+        owned=decode_partitions(parts["o"]),
         progress_deadline=d["pd"],
     )
 

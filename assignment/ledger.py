@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
@@ -114,6 +115,11 @@ def plan_ranges(
     return new_heads
 
 
+def _contains(ordered: Sequence[TopicPartition], tp: TopicPartition) -> bool:
+    i = bisect_left(ordered, tp)
+    return i < len(ordered) and ordered[i] == tp
+
+
 def _fence(group: GroupRecord, req: CommitRequest) -> CoordinatorError | None:
     if req.member_id is None:
         if group.members:
@@ -133,8 +139,8 @@ def _fence(group: GroupRecord, req: CommitRequest) -> CoordinatorError | None:
         return RebalanceInProgressError(
             f"group {group.name!r} is completing a rebalance: commit after the sync of generation {group.generation}"
         )
-    owned = set(checked.owned)
-    foreign = tuple(sorted({r.topic_partition for r in req.ranges} - owned))
+    owned = checked.owned  # sorted: bisect instead of building a set of a possibly huge assignment
+    foreign = tuple(sorted({tp for r in req.ranges if not _contains(owned, tp := r.topic_partition)}))
     if foreign:
         return PartitionNotOwnedError(
             f"group {group.name!r}: member {req.member_id} does not own {[str(tp) for tp in foreign[:10]]} "

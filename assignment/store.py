@@ -33,6 +33,7 @@ from assignment.codec import (
     decode_member,
     encode_group,
     encode_member,
+    encode_member_partitions,
     event_from_row,
     event_row,
 )
@@ -83,6 +84,7 @@ members = sa.Table(
     sa.Column("group_name", sa.String(255), primary_key=True),
     sa.Column("member_id", sa.String(255), primary_key=True),
     sa.Column("data", sa.Text, nullable=False),
+    sa.Column("partitions", sa.Text, nullable=False),
 )
 heads = sa.Table(
     "cohort_offsets",
@@ -157,11 +159,14 @@ _BUMP_GROUP = (
     .values(version=sa.bindparam("g_new_version"), updated_at=sa.bindparam("g_updated_at"))
 )
 _MEMBER_KEY = sa.and_(members.c.group_name == sa.bindparam("g"), members.c.member_id == sa.bindparam("m"))
-_SELECT_MEMBERS = sa.select(members.c.member_id, members.c.data).where(members.c.group_name == sa.bindparam("g"))
+_SELECT_MEMBERS = sa.select(members.c.member_id, members.c.data, members.c.partitions).where(
+    members.c.group_name == sa.bindparam("g")
+)
 _INSERT_MEMBER = sa.insert(members).values(
-    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d")
+    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d"), partitions=sa.bindparam("p")
 )
 _UPDATE_MEMBER = sa.update(members).where(_MEMBER_KEY).values(data=sa.bindparam("d"))
+_UPDATE_MEMBER_ALL = sa.update(members).where(_MEMBER_KEY).values(data=sa.bindparam("d"), partitions=sa.bindparam("p"))
 _DELETE_MEMBER = sa.delete(members).where(_MEMBER_KEY)
 _HEAD_KEY = (
     heads.c.group_name == sa.bindparam("g"),
@@ -360,8 +365,8 @@ class SqlGroupStore:
         if cached is not None and cached[0] == row.version:
             return cached[1]
         found = {
-            r.member_id: decode_member(r.member_id, r.data)
-            for r in conn.execute(sa.select(members.c.member_id, members.c.data).where(members.c.group_name == name))
+            r.member_id: decode_member(r.member_id, r.data, r.partitions)
+            for r in conn.execute(_SELECT_MEMBERS, {"g": name})
         }
         record = decode_group(name, row.state, row.generation, row.data, found)
         with self._lock:
@@ -415,10 +420,19 @@ class SqlGroupStore:
         removed = before.keys() - after.keys()
         if removed:
             conn.execute(_DELETE_MEMBER, [{"g": name, "m": mid} for mid in removed])
-        updates = [{"g": name, "m": mid, "d": encode_member(m)} for mid, m in changed if mid in before]
-        inserts = [{"g": name, "m": mid, "d": encode_member(m)} for mid, m in changed if mid not in before]
-        if updates:
-            conn.execute(_UPDATE_MEMBER, updates)
+        small, full, inserts = [], [], []
+        for mid, m in changed:
+            previous = before.get(mid)
+            row = {"g": name, "m": mid, "d": encode_member(m)}
+            if previous is not None and previous.assigned is m.assigned and previous.owned is m.owned:
+                small.append(row)  # deadlines or flags only: the (possibly large) partition lists stay
+            else:
+                row["p"] = encode_member_partitions(m)
+                (full if previous is not None else inserts).append(row)
+        if small:
+            conn.execute(_UPDATE_MEMBER, small)
+        if full:
+            conn.execute(_UPDATE_MEMBER_ALL, full)
         if inserts:
             conn.execute(_INSERT_MEMBER, inserts)
 
@@ -478,11 +492,7 @@ class SqlGroupStore:
     def load(self, group: str) -> GroupRecord | None:
         """The group as last committed, or None (no lock taken)."""
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
-                    groups.c.name == group
-                )
-            ).first()
+            row = conn.execute(_SELECT_GROUP, {"g_name": group}).first()
             return None if row is None else self._decode(conn, group, row)
 
     def group_names(self) -> list[str]:

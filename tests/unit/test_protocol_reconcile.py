@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from assignment.codec import decode_member, decode_partitions, encode_member, encode_partitions
+from assignment.codec import (
+    decode_member,
+    decode_partitions,
+    encode_member,
+    encode_member_partitions,
+    encode_partitions,
+)
 from assignment.errors import InvalidRequestError
 from assignment.group_state import GroupRecord, MemberRecord
 from assignment.reconcile import (
@@ -85,4 +91,4 @@ def test_partition_runs_round_trip() -> None:
     assert encoded == {"t": [[0, 2], [5, 5], [7, 8]], "u": [[3, 3]]}
     assert decode_partitions(encoded) == tuple(sorted(parts))
     member = _m("a", ("t",), "x.*", owned=tuple(parts), assigned=tuple(parts[:2]), progress_deadline=5.5)
-    assert decode_member("a", encode_member(member)) == member
+    assert decode_member("a", encode_member(member), encode_member_partitions(member)) == member
