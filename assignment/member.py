@@ -73,6 +73,10 @@ class JoinTimeoutError(TimeoutError):
     """The join phase did not complete within the member's `join_timeout`."""
 
 
+class _Stopped(Exception):
+    """Internal: the member is closing; a background rebalance gives up."""
+
+
 class GroupMember:
     """One member of a group: join, sync, heartbeat, commit, leave, with rebalance hooks.
 
@@ -347,6 +351,8 @@ class GroupMember:
             # Release the revoked partitions by rejoining: their new owner gets them in the follow-up round.
 
     def _check_deadline(self, deadline: float | None) -> None:
+        if self._stop.is_set() and threading.current_thread() is self._thread:
+            raise _Stopped  # close() was called while the heartbeat thread was rebalancing
         if deadline is not None and self._monotonic() > deadline:
             raise JoinTimeoutError(f"group {self.group!r}: the join did not complete in {self.join_timeout} s")
 
@@ -434,6 +440,8 @@ class GroupMember:
     def _background_rebalance(self) -> None:
         try:
             self._rebalance()
+        except _Stopped:
+            pass
         except BaseException as exc:
             log.warning("group %r: background rebalance failed: %s", self.group, exc)
             self._background_error = exc

@@ -213,3 +213,20 @@ def test_join_gives_up_after_its_timeout(make: Callable[..., Coordinator]) -> No
     with pytest.raises(JoinTimeoutError):
         late.join()
     first.close(leave=False)
+
+
+def test_close_interrupts_a_background_rebalance(make: Callable[..., Coordinator]) -> None:
+    coordinator = make()
+    coordinator.report_topic_metadata("g", {"t": 2})
+    first = _member(coordinator, "first", assignors=["cooperative-sticky"])
+    first.join()
+    blocker = _member(coordinator, "blocker", assignors=["cooperative-sticky"], heartbeat_interval=60)
+    blocker.join()  # completes once first's heartbeat thread rejoined in the background
+    coordinator.report_topic_metadata("g", {"t": 3})  # rebalance; blocker will not notice for a minute
+    _wait(lambda: first._rebalancing)  # first's heartbeat thread is polling the join, waiting for blocker
+    time.sleep(0.1)
+    assert first._rebalancing
+    started = time.monotonic()
+    first.close(leave=False)
+    assert time.monotonic() - started < 5  # not its 20 s join timeout
+    blocker.close(leave=False)
