@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from assignment.names import validate_topic_name
 from assignment.types import TopicPartition
 
-__all__ = ["create_topic", "partition_counts", "produce", "watermarks"]
+__all__ = ["create_topic", "offsets_for_times", "partition_counts", "produce", "watermarks"]
 
 KafkaConfig = Mapping[str, Any]
 
@@ -64,6 +64,30 @@ def watermarks(
             except KafkaException as exc:
                 raise KafkaException(f"could not read watermarks of {tp}: {exc}") from exc
             result[tp] = (int(low), int(high))
+        return result
+    finally:
+        consumer.close()
+
+
+def offsets_for_times(
+    config: KafkaConfig, partitions: Sequence[TopicPartition], timestamp_ms: int, *, timeout_s: float = 10.0
+) -> dict[TopicPartition, int | None]:
+    """The first offset whose timestamp is at or after `timestamp_ms`, per partition; None when no record
+    is that recent. (The embedded Tansu broker always answers 0: see resources/embedded_broker.py.)"""
+    if not partitions:
+        return {}
+    consumer = Consumer({**config, "group.id": "cohort-offsets", "enable.auto.commit": False})
+    try:
+        query = [KafkaTopicPartition(tp.topic, tp.partition, timestamp_ms) for tp in partitions]
+        try:
+            answers = consumer.offsets_for_times(query, timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaException(f"could not look up offsets for timestamp {timestamp_ms}: {exc}") from exc
+        result: dict[TopicPartition, int | None] = {}
+        for answer in answers:
+            if answer.error is not None:
+                raise KafkaException(f"offsets_for_times failed for {answer.topic}-{answer.partition}: {answer.error}")
+            result[TopicPartition(answer.topic, answer.partition)] = answer.offset if answer.offset >= 0 else None
         return result
     finally:
         consumer.close()

@@ -1,40 +1,73 @@
 """Executor-side Kafka reads: bounded offset ranges into Arrow batches through `mapInArrow`.
 
-The driver builds one small DataFrame row per range (topic, partition, from, until); Spark ships each row
-to a task, where `read_range` assigns a confluent-kafka consumer at `from` and consumes in batches until
-the `until` offset (an offset bound, not a count: compacted topics and transaction markers leave holes)
-or the end of the partition. No Maven jars: the Kafka client runs in the Python worker.
+The driver builds one small DataFrame row per span (topic, partition, from, until); Spark ships each row to
+a task, where `read_range` assigns a confluent-kafka consumer at `from` and consumes in batches until the
+`until` offset (an offset bound, not a count: compacted topics and transaction markers leave holes, so a
+span may hold fewer records than offsets). No Maven jars: the Kafka client runs in the Python worker.
+
+Per-message Python work is kept to one attribute call per column: each consumed batch becomes one Arrow
+record batch built column by column (`pa.array` once per column), not row by row.
 """
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.accumulators import AccumulatorParam
 
 from assignment.names import validate_topic_name
 
-__all__ = ["RECORD_SCHEMA", "OffsetSpan", "read_range", "read_spans", "record_spark_schema"]
+__all__ = [
+    "RECORD_SCHEMA",
+    "OffsetSpan",
+    "ReadError",
+    "read_range",
+    "read_spans",
+    "record_spark_schema",
+    "seconds_accumulator",
+]
+
+_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 RECORD_SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string(), nullable=False),
         pa.field("partition", pa.int32(), nullable=False),
         pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.int64()),  # milliseconds since the epoch, as Kafka carries it
+        pa.field("timestamp", pa.int64()),  # milliseconds since the epoch, as Kafka carries it; null if absent
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
-        pa.field(
-            "headers",
-            pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
-        ),
+        pa.field("headers", _HEADER_TYPE),
     ]
 )
 """The Arrow schema of raw records, one row per Kafka message."""
 
+_second = itemgetter(1)
 _SPAN_SCHEMA = "topic string, partition int, from_offset long, until_offset long"
+
+READER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "error",
+    "fetch.max.bytes": 52_428_800,
+    # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s by default) whenever its local queue is
+    # full; a bounded reader that drains the queue as fast as it can gains nothing from that pause.
+    "fetch.queue.backoff.ms": 5,
+}
+"""librdkafka settings of the executor-side consumers; the caller's configuration overrides them."""
+
+
+class ReadError(RuntimeError):
+    """A span could not be read: the broker stayed silent, an error persisted past its retries, or the
+    records are gone (offset out of range)."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +81,8 @@ class OffsetSpan:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
-        if self.partition < 0:
-            raise ValueError(f"partition must be >= 0, got {self.partition} for topic {self.topic!r}")
+        if isinstance(self.partition, bool) or not isinstance(self.partition, int) or self.partition < 0:
+            raise ValueError(f"partition must be an int >= 0, got {self.partition!r} for topic {self.topic!r}")
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise ValueError(
                 f"invalid span [{self.from_offset}, {self.until_offset}) for {self.topic}-{self.partition}"
@@ -64,10 +97,30 @@ def record_spark_schema() -> str:
     )
 
 
-def _batch(columns: dict[str, list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array(columns[f.name], type=f.type) for f in RECORD_SCHEMA], schema=RECORD_SCHEMA
-    )
+def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
+    """One Arrow batch from error-free messages, column by column (map over the C methods: no Python
+    frame per message)."""
+    from confluent_kafka import Message
+
+    n = len(messages)
+    timestamps = pa.array(list(map(_second, map(Message.timestamp, messages))), type=pa.int64())
+    headers: list[Any] = list(map(Message.headers, messages))
+    if any(headers):
+        header_array = pa.array(
+            [[{"key": k, "value": v} for k, v in h] if h else None for h in headers], type=_HEADER_TYPE
+        )
+    else:
+        header_array = pa.nulls(n, type=_HEADER_TYPE)
+    columns = [
+        pa.repeat(pa.scalar(span.topic, pa.string()), n),
+        pa.repeat(pa.scalar(span.partition, pa.int32()), n),
+        pa.array(list(map(Message.offset, messages)), type=pa.int64()),
+        pc.if_else(pc.less(timestamps, 0), pa.scalar(None, pa.int64()), timestamps),  # -1: no timestamp
+        pa.array(list(map(Message.key, messages)), type=pa.binary()),
+        pa.array(list(map(Message.value, messages)), type=pa.binary()),
+        header_array,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
 
 
 def read_range(
@@ -76,87 +129,123 @@ def read_range(
     *,
     batch_size: int = 10_000,
     poll_timeout_s: float = 1.0,
-    max_idle_polls: int = 30,
+    read_timeout_s: float = 30.0,
+    max_retries: int = 5,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of `span` as Arrow batches of at most `batch_size` rows.
+    """Yield the records of `span` as Arrow batches of at most `batch_size` rows, in offset order.
 
-    Stops at `until_offset` or at end-of-partition. A partition that stays silent for `max_idle_polls`
-    consecutive polls before reaching `until_offset` is an error: the range was planned from offsets
-    the broker reported, so silence means the broker is unreachable.
+    Stops once the next offset reaches `until_offset` (or end-of-partition lies at or beyond it). Fails
+    with ReadError when no record arrives for `read_timeout_s` (the range was planned from offsets the
+    broker reported, so silence means the broker is unreachable or the log shrank), when a retriable
+    error persists past `max_retries` consecutive attempts, or at once on a fatal error such as an
+    offset that retention has deleted.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     if span.from_offset >= span.until_offset:
         return
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": f"cohort-reader-{span.topic}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": 52_428_800,
-        }
-    )
+    where = f"{span.topic}-{span.partition}"
+    consumer = Consumer({"group.id": f"cohort-reader-{span.topic}", **READER_DEFAULTS, **config})
     try:
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.from_offset)])
-        columns: dict[str, list[Any]] = {f.name: [] for f in RECORD_SCHEMA}
         next_offset = span.from_offset
-        idle = 0
+        last_progress = time.monotonic()
+        retries = 0
         while next_offset < span.until_offset:
-            messages = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
-            if not messages:
-                idle += 1
-                if idle >= max_idle_polls:
-                    raise TimeoutError(
-                        f"no data from {span.topic}-{span.partition} at offset {next_offset} "
-                        f"(want until {span.until_offset}) after {idle} polls of {poll_timeout_s} s"
-                    )
+            try:
+                messages = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
+            except KafkaException as exc:
+                retries += 1
+                if retries > max_retries or not exc.args[0].retriable():
+                    raise ReadError(f"reading {where} at offset {next_offset}: {exc}") from exc
+                time.sleep(min(0.1 * 2**retries, 2.0))
                 continue
-            idle = 0
-            reached_end = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        reached_end = True
-                        continue
-                    raise KafkaException(error)
-                offset = message.offset()
-                if offset >= span.until_offset:
-                    reached_end = True
-                    break
-                columns["topic"].append(span.topic)
-                columns["partition"].append(span.partition)
-                columns["offset"].append(offset)
-                columns["timestamp"].append(message.timestamp()[1])
-                columns["key"].append(message.key())
-                columns["value"].append(message.value())
-                headers = message.headers()
-                columns["headers"].append([{"key": k, "value": v} for k, v in headers] if headers else None)
-                next_offset = offset + 1
-            if len(columns["offset"]) >= batch_size:
-                yield _batch(columns)
-                columns = {f.name: [] for f in RECORD_SCHEMA}
-            if reached_end:
-                break
-        if columns["offset"]:
-            yield _batch(columns)
+            good = messages
+            if any(map(Message.error, messages)):
+                good = []
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        good.append(message)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        if message.offset() >= span.until_offset:
+                            next_offset = span.until_offset  # the rest of the span is holes
+                    elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                        raise ReadError(
+                            f"{where}: offset {next_offset} is out of range: the records of "
+                            f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"
+                        )
+                    elif error.retriable() and retries < max_retries:
+                        retries += 1
+                    else:
+                        raise ReadError(f"reading {where} at offset {next_offset}: {error.str()}")
+            if good:
+                retries = 0
+                last_progress = time.monotonic()
+                finished = good[-1].offset() >= span.until_offset
+                if finished:  # holes can put a message at or past the bound, which proves the span is done
+                    good = good[: bisect_left([m.offset() for m in good], span.until_offset)]
+                if good:
+                    next_offset = good[-1].offset() + 1
+                    yield _to_batch(span, good)
+                if finished:
+                    next_offset = span.until_offset
+            elif next_offset < span.until_offset and time.monotonic() - last_progress > read_timeout_s:
+                raise ReadError(
+                    f"no data from {where} at offset {next_offset} (reading until {span.until_offset}) for "
+                    f"{read_timeout_s:.0f} s: the broker is unreachable or the partition's log shrank"
+                )
     finally:
         consumer.close()
 
 
-def read_spans(spark: Any, config: Mapping[str, Any], spans: Sequence[OffsetSpan]) -> Any:
-    """A Spark DataFrame of the raw records of `spans`, one Spark task per span."""
+class _SecondsParam(AccumulatorParam):  # type: ignore[type-arg]
+    """Merges {(topic, partition): seconds} dicts by summing per key."""
+
+    def zero(self, value: dict[tuple[str, int], float]) -> dict[tuple[str, int], float]:
+        return {}
+
+    def addInPlace(
+        self, total: dict[tuple[str, int], float], more: dict[tuple[str, int], float]
+    ) -> dict[tuple[str, int], float]:
+        for key, seconds in more.items():
+            total[key] = total.get(key, 0.0) + seconds
+        return total
+
+
+def seconds_accumulator(spark: Any) -> Any:
+    """A Spark accumulator of reading seconds per (topic, partition), for `read_spans(read_seconds=...)`.
+
+    Task retries may add a span's time twice: it is a measurement for reports, never used for counts.
+    """
+    return spark.sparkContext.accumulator({}, _SecondsParam())
+
+
+def read_spans(
+    spark: Any,
+    config: Mapping[str, Any],
+    spans: Sequence[OffsetSpan],
+    *,
+    read_seconds: Any = None,
+    **read_options: Any,
+) -> Any:
+    """A Spark DataFrame of the raw records of `spans` (schema RECORD_SCHEMA), one Spark task per span.
+
+    `read_seconds`, when given, is an accumulator from `seconds_accumulator` that each task adds its
+    reading time to, keyed by (topic, partition). `read_options` are
+    passed to `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
+    """
     kafka_config = dict(config)
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for row in batch.to_pylist():
                 span = OffsetSpan(row["topic"], row["partition"], row["from_offset"], row["until_offset"])
-                yield from read_range(kafka_config, span)
+                started = time.perf_counter()
+                yield from read_range(kafka_config, span, **read_options)
+                if read_seconds is not None:
+                    read_seconds.add({(span.topic, span.partition): time.perf_counter() - started})
 
     rows = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
     # parallelize with one slice per span: exactly one span per Spark task.

@@ -1,0 +1,250 @@
+"""One bounded batch: plan -> read -> decode -> validate -> transform -> sink -> check -> commit -> mirror.
+
+`run_batch` is the whole Spark data path of one member run. It is usable from a plain script: give it a
+SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partitions and an `OffsetLedger`
+(a `GroupMember`, or a coordinator's standalone ledger).
+
+Guarantees (SPEC section 5):
+
+- each range is read from Kafka once; the decoded, validated frame is persisted and everything after
+  reads it;
+- outputs are written to staging, counted from the staged Parquet footers, and checked per range:
+  consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
+- ranges are published by directory renames (a rerun replaces an uncommitted leftover), then committed
+  to the ledger in one call; if the ledger refuses (a fenced or stale member), this attempt's published
+  directories are withdrawn and the typed error propagates;
+- the Kafka mirror runs after the ledger commit; its failure is reported in the result, never raised.
+
+Example:
+    >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
+    >>> result = run_batch(spark, spec, {"bootstrap.servers": "localhost:9092"},  # doctest: +SKIP
+    ...                    [TopicPartition("orders", 0)], coordinator.standalone_ledger("ingest"))
+    >>> result.records, result.quarantined  # doctest: +SKIP
+    (1000, 3)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark import StorageLevel
+
+from assignment.ledger import OffsetLedger, OffsetMirror
+from assignment.types import OffsetRange, TopicPartition
+from pipelines.frames import checked_frame, quarantine_frame, sink_frame, stats_by_partition
+from pipelines.plan import BatchPlan, PartitionPlan, plan_batch
+from pipelines.positions import gather_positions
+from pipelines.reader import seconds_accumulator
+from pipelines.results import BatchResult, CountMismatchError, PartitionResult
+from pipelines.sink import HadoopFs, SinkLayout
+from pipelines.spec import PipelineSpec
+
+__all__ = ["plan_for", "run_batch"]
+
+Stats = Mapping[tuple[str, int], tuple[int, int, int]]
+
+
+@contextmanager
+def _timed(stages: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - started
+
+
+def plan_for(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    partitions: Sequence[TopicPartition],
+    ledger: OffsetLedger,
+    *,
+    new_partitions: Collection[TopicPartition] = (),
+) -> BatchPlan:
+    """The batch plan for `partitions`: ledger offsets + Kafka watermarks through `pipelines.plan`."""
+    positions = gather_positions(kafka_config, ledger, partitions, spec.limits().reset, new_partitions=new_partitions)
+    return plan_batch(positions, spec.limits(target_tasks=max(1, spark.sparkContext.defaultParallelism)))
+
+
+def _write_staged(frame: Any, root: str, compression: str) -> None:
+    frame.write.partitionBy("topic", "partition").option("compression", compression).parquet(root)
+
+
+def _verify(
+    plan: BatchPlan, stats: Stats, written: Mapping[TopicPartition, int], quarantined: Mapping[TopicPartition, int]
+) -> None:
+    """consumed == written + quarantined for every range, else CountMismatchError naming each range."""
+    problems = []
+    for p in plan.to_read:
+        consumed = stats.get(p.tp, (0, 0, 0))[0]
+        w, q = written.get(p.tp, 0), quarantined.get(p.tp, 0)
+        if consumed != w + q:
+            problems.append(
+                f"{p.tp} [{p.from_offset}, {p.until_offset}): consumed {consumed}, written {w}, quarantined {q}"
+            )
+        if consumed > p.length:
+            problems.append(f"{p.tp} [{p.from_offset}, {p.until_offset}): {consumed} records for {p.length} offsets")
+    unplanned = sorted(set(stats) - {p.tp for p in plan.to_read})
+    if unplanned:
+        problems.append(f"records of partitions outside the plan: {unplanned}")
+    if problems:
+        raise CountMismatchError("record counts do not add up, nothing was committed: " + "; ".join(problems))
+
+
+def _commit_ranges(
+    plan: BatchPlan, written: Mapping[TopicPartition, int], quarantined: Mapping[TopicPartition, int]
+) -> list[OffsetRange]:
+    ranges: list[OffsetRange] = []
+    for p in plan.partitions:
+        if not p.must_commit:
+            continue
+        if p.gap is not None:
+            ranges.append(p.gap)
+        ranges.append(
+            OffsetRange(
+                p.tp.topic,
+                p.tp.partition,
+                p.from_offset,
+                p.until_offset,
+                records=written.get(p.tp, 0),
+                quarantined=quarantined.get(p.tp, 0),
+            )
+        )
+    return ranges
+
+
+def _partition_result(
+    p: PartitionPlan,
+    stats: Stats,
+    written: Mapping[TopicPartition, int],
+    quarantined: Mapping[TopicPartition, int],
+    seconds: Mapping[tuple[str, int], float],
+) -> PartitionResult:
+    return PartitionResult(
+        topic=p.tp.topic,
+        partition=p.tp.partition,
+        from_offset=p.from_offset,
+        until_offset=p.until_offset,
+        records=written.get(p.tp, 0),
+        quarantined=quarantined.get(p.tp, 0),
+        bytes=stats.get(p.tp, (0, 0, 0))[2],
+        seconds=seconds.get((p.tp.topic, p.tp.partition), 0.0),
+        start=p.start,
+        gap=p.gap,
+        warning=p.warning,
+    )
+
+
+def run_batch(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    partitions: Sequence[TopicPartition],
+    ledger: OffsetLedger,
+    *,
+    group: str | None = None,
+    mirror: OffsetMirror | None = None,
+    run_id: str | None = None,
+    new_partitions: Collection[TopicPartition] = (),
+) -> BatchResult:
+    """Run one batch over `partitions` and commit it (see the module doc).
+
+    Args:
+        spark: a classic SparkSession (pipelines.spark.build_session).
+        spec: what to decode, validate, transform and where to write.
+        kafka_config: librdkafka settings for planning and the executor-side consumers.
+        partitions: the partitions assigned to this run.
+        ledger: where committed offsets are read and the batch's ranges committed.
+        group, mirror: when both are given, committed offsets are mirrored to Kafka under `group`.
+        run_id: recorded with the commit (and as Kafka commit metadata); generated when omitted.
+        new_partitions: partitions added to their topic after the group started; they start at earliest.
+
+    Raises:
+        OffsetOutOfRangeError: committed offsets are gone and `spec.fail_on_data_loss` is set.
+        ReadError (inside a Spark error): a range could not be read.
+        CountMismatchError: consumed != written + quarantined for some range.
+        CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous).
+    """
+    if (mirror is None) != (group is None):
+        raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
+    run_id = run_id or uuid.uuid4().hex
+    attempt = uuid.uuid4().hex
+    stages: dict[str, float] = {}
+    with _timed(stages, "plan"):
+        plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
+    stats: Stats = {}
+    written: dict[TopicPartition, int] = {}
+    quarantined: dict[TopicPartition, int] = {}
+    seconds: Mapping[tuple[str, int], float] = {}
+    sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+    sink_dirs: list[str] = []
+    quarantine_dirs: list[str] = []
+    fs = HadoopFs(spark) if plan.partitions else None
+    to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
+    checked = None
+    try:
+        if plan.spans:
+            accumulator = seconds_accumulator(spark)
+            checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
+            checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
+            with _timed(stages, "read"):
+                stats = {TopicPartition(t, p): v for (t, p), v in stats_by_partition(checked).items()}
+            seconds = dict(accumulator.value)
+            with _timed(stages, "write"):
+                _write_staged(sink_frame(checked, spec), sink.staging_root(attempt), spec.compression)
+                if any(q for _, q, _ in stats.values()):
+                    _write_staged(quarantine_frame(checked), quarantine.staging_root(attempt), spec.compression)
+            with _timed(stages, "verify"):
+                assert fs is not None
+                for p in plan.to_read:
+                    written[p.tp] = fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
+                    quarantined[p.tp] = fs.parquet_record_count(
+                        quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition)
+                    )
+                _verify(plan, stats, written, quarantined)
+        ranges = _commit_ranges(plan, written, quarantined)
+        if fs is not None:
+            with _timed(stages, "publish"):
+                try:
+                    sink_dirs.extend(sink.publish(fs, attempt, to_publish))
+                    quarantine_dirs.extend(quarantine.publish(fs, attempt, to_publish))
+                except Exception:
+                    sink.withdraw(fs, attempt, sink_dirs)
+                    quarantine.withdraw(fs, attempt, quarantine_dirs)
+                    raise
+        if ranges:
+            with _timed(stages, "commit"):
+                try:
+                    ledger.commit(ranges, run_id=run_id)
+                except Exception:
+                    if fs is not None:
+                        sink.withdraw(fs, attempt, sink_dirs)
+                        quarantine.withdraw(fs, attempt, quarantine_dirs)
+                    raise
+    finally:
+        if checked is not None:
+            checked.unpersist()
+        if fs is not None:
+            sink.discard_staging(fs, attempt)
+            quarantine.discard_staging(fs, attempt)
+    mirror_error = None
+    if mirror is not None and group is not None and ranges:
+        with _timed(stages, "mirror"):
+            try:
+                mirror.mirror(group, ranges, run_id=run_id)
+            except Exception as exc:  # the ledger's commit stands: report, do not raise
+                mirror_error = f"{type(exc).__name__}: {exc}"
+    return BatchResult(
+        run_id=run_id,
+        partitions=tuple(_partition_result(p, stats, written, quarantined, seconds) for p in plan.partitions),
+        committed=tuple(ranges),
+        sink_dirs=tuple(sink_dirs),
+        quarantine_dirs=tuple(quarantine_dirs),
+        stage_seconds=stages,
+        mirror_error=mirror_error,
+    )

@@ -1,0 +1,137 @@
+"""Decoding Kafka values in the JVM: raw bytes, UTF-8 text, or JSON into a declared Spark schema.
+
+`decode` turns the raw record frame (pipelines.reader.RECORD_SCHEMA) into the shape every later stage
+sees: a `kafka` struct column (topic, partition, offset, timestamp, key, headers), the decoded value
+columns (the top-level fields of the JSON schema, or a single `value` column), and two bookkeeping
+columns: the raw value bytes (kept for quarantine) and a failure reason (null when the record decoded).
+JSON goes through Spark's `from_json` in PERMISSIVE mode with a corrupt-record column, so no Python runs
+per record; a record is malformed when it is not valid UTF-8, not a JSON object, does not fit the schema,
+or leaves a field the schema declares non-nullable empty. A null value (a tombstone) has nothing to decode
+and is quarantined in JSON mode; in `utf8` and `bytes` mode it stays a null `value`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+__all__ = [
+    "KAFKA_COLUMN",
+    "RAW_VALUE_COLUMN",
+    "REASON_COLUMN",
+    "RESERVED_COLUMNS",
+    "ValueFormat",
+    "decode",
+    "value_columns_schema",
+]
+
+ValueFormat = Literal["bytes", "utf8", "json"]
+VALUE_FORMATS: tuple[str, ...] = ("bytes", "utf8", "json")
+
+KAFKA_COLUMN = "kafka"
+"""The struct column carrying each record's Kafka coordinates through every stage to the sink."""
+RAW_VALUE_COLUMN = "_cohort_raw_value"
+REASON_COLUMN = "_cohort_reason"
+_CORRUPT_FIELD = "_cohort_corrupt_record"
+RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition", RAW_VALUE_COLUMN, REASON_COLUMN})
+"""Names a value schema may not use: `kafka` carries the coordinates, `topic` and `partition` are the
+sink's directory partitions, the rest are internal."""
+
+
+def value_columns_schema(value_format: str, value_schema: StructType | None) -> StructType:
+    """The decoded value columns for a format: the JSON schema's fields, or one `value` column.
+
+    Raises ValueError naming the problem for an unknown format, a JSON format without a schema, a schema
+    given for another format, or a field name reserved by the pipeline.
+    """
+    if value_format not in VALUE_FORMATS:
+        raise ValueError(f"unknown value format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
+    if value_format != "json":
+        if value_schema is not None:
+            raise ValueError(f"a value schema only applies to the 'json' format, not {value_format!r}")
+        return StructType([StructField("value", BinaryType() if value_format == "bytes" else StringType())])
+    if not isinstance(value_schema, StructType) or not value_schema.fields:
+        raise ValueError("the 'json' value format needs a non-empty Spark StructType schema for the values")
+    clashes = sorted({f.name for f in value_schema.fields} & RESERVED_COLUMNS)
+    if clashes:
+        raise ValueError(
+            f"value schema field(s) {clashes} clash with names the pipeline reserves "
+            f"({sorted(RESERVED_COLUMNS)}); rename them in the schema"
+        )
+    names = [f.name for f in value_schema.fields]
+    if len(set(names)) != len(names):
+        raise ValueError(f"value schema has duplicate field names: {names}")
+    return value_schema
+
+
+def _kafka_struct() -> Column:
+    return F.struct(
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
+        F.col("key"),
+        F.col("headers"),
+    ).alias(KAFKA_COLUMN)
+
+
+def _bad_utf8(column: str) -> Column:
+    """True for a non-null binary column whose bytes are not valid UTF-8."""
+    return F.col(column).isNotNull() & ~F.is_valid_utf8(F.col(column).cast("string"))
+
+
+def _first_reason(*cases: tuple[Column, str | Column]) -> Column:
+    """The reason of the first case whose condition holds, else null."""
+    result: Any = F
+    for condition, reason in cases:
+        result = result.when(condition, reason)
+    return result
+
+
+def decode(
+    raw: DataFrame, value_format: str, value_schema: StructType | None = None, *, keep: Sequence[str] = ()
+) -> DataFrame:
+    """Decode `raw` (RECORD_SCHEMA rows) into kafka + value columns + raw value + reason (see module doc).
+
+    Columns named in `keep` are carried through unchanged, after the value columns.
+    """
+    columns = value_columns_schema(value_format, value_schema)
+    kafka = _kafka_struct()
+    kept = [F.col(name) for name in keep]
+    raw_value = F.col("value").alias(RAW_VALUE_COLUMN)
+    if value_format == "bytes":
+        return raw.select(kafka, F.col("value"), *kept, raw_value, F.lit(None).cast("string").alias(REASON_COLUMN))
+    text = F.col("value").cast("string")  # Spark's cast does not check UTF-8: _bad_utf8 does
+    if value_format == "utf8":
+        reason = _first_reason((_bad_utf8("value"), F.lit("value is not valid UTF-8")))
+        return raw.select(kafka, text.alias("value"), *kept, raw_value, reason.alias(REASON_COLUMN))
+
+    parse_schema = StructType([*columns.fields, StructField(_CORRUPT_FIELD, StringType())])
+    parsed = F.from_json(text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT_FIELD})
+    staged = raw.select(kafka, parsed.alias("_parsed"), *kept, raw_value)
+    corrupt = F.col("_parsed").getField(_CORRUPT_FIELD)
+    required = [f.name for f in columns.fields if not f.nullable]
+    reason = _first_reason(
+        (F.col(RAW_VALUE_COLUMN).isNull(), F.lit("null value (tombstone): nothing to decode as JSON")),
+        (_bad_utf8(RAW_VALUE_COLUMN), F.lit("value is not valid UTF-8")),
+        (corrupt.isNotNull() & F.json_object_keys(corrupt).isNull(), F.lit("value is not a JSON object")),
+        (corrupt.isNotNull(), F.lit(f"JSON does not match the value schema {columns.simpleString()}")),
+        *[
+            (
+                F.col("_parsed").getField(name).isNull(),
+                F.lit(f"field {name!r} is missing or null but the schema requires it"),
+            )
+            for name in required
+        ],
+    )
+    return staged.select(
+        KAFKA_COLUMN,
+        *[F.col("_parsed").getField(f.name).alias(f.name) for f in columns.fields],
+        *keep,
+        RAW_VALUE_COLUMN,
+        reason.alias(REASON_COLUMN),
+    )

@@ -1,0 +1,95 @@
+"""The batch's DataFrames: read -> decode -> validate once, then split into sink and quarantine frames.
+
+`checked_frame` is the one frame the batch persists: every consumed record with its `kafka` coordinates,
+decoded value columns, consumed size, failure reason (null when valid) and, for failures only, the raw
+value bytes. Counting, the sink write and the quarantine write all read that persisted frame, so each
+range is read from Kafka once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode
+from pipelines.reader import OffsetSpan, read_spans
+from pipelines.spec import PipelineSpec
+from pipelines.validate import failure_reason
+
+__all__ = ["BYTES_COLUMN", "TransformError", "checked_frame", "quarantine_frame", "sink_frame", "stats_by_partition"]
+
+BYTES_COLUMN = "_cohort_bytes"
+_PARTITION_COLUMNS = ("topic", "partition")
+
+
+class TransformError(ValueError):
+    """The user transform returned a frame the sink cannot attribute to offset ranges."""
+
+
+def checked_frame(
+    spark: Any, spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan], read_seconds: Any
+) -> DataFrame:
+    """Read `spans`, decode and validate: one row per consumed record (see the module doc)."""
+    raw = read_spans(
+        spark,
+        {**kafka_config, **spec.consumer_config},
+        spans,
+        read_seconds=read_seconds,
+        batch_size=spec.consume_batch_size,
+        read_timeout_s=spec.read_timeout_s,
+    )
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    decoded = decode(raw.withColumn(BYTES_COLUMN, size), spec.value_format, spec.value_schema, keep=(BYTES_COLUMN,))
+    reason = F.coalesce(F.col(REASON_COLUMN), failure_reason(spec.row_checks))
+    return decoded.withColumn(REASON_COLUMN, reason).withColumn(
+        RAW_VALUE_COLUMN, F.when(F.col(REASON_COLUMN).isNotNull(), F.col(RAW_VALUE_COLUMN))
+    )
+
+
+def stats_by_partition(checked: DataFrame) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(consumed, quarantined, bytes) per (topic, partition), from one aggregation."""
+    rows = (
+        checked.groupBy(F.col(f"{KAFKA_COLUMN}.topic").alias("t"), F.col(f"{KAFKA_COLUMN}.partition").alias("p"))
+        .agg(F.count(F.lit(1)).alias("n"), F.count(REASON_COLUMN).alias("q"), F.sum(BYTES_COLUMN).alias("b"))
+        .collect()
+    )
+    return {(r["t"], r["p"]): (int(r["n"]), int(r["q"]), int(r["b"] or 0)) for r in rows}
+
+
+def _with_partition_columns(frame: DataFrame) -> DataFrame:
+    return frame.withColumn("topic", F.col(f"{KAFKA_COLUMN}.topic")).withColumn(
+        "partition", F.col(f"{KAFKA_COLUMN}.partition")
+    )
+
+
+def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Valid records through the user transform, plus `topic`/`partition` for the staging layout."""
+    valid = checked.filter(F.col(REASON_COLUMN).isNull()).drop(RAW_VALUE_COLUMN, REASON_COLUMN, BYTES_COLUMN)
+    if spec.transform is not None:
+        valid = spec.transform(valid)
+        if not isinstance(valid, DataFrame):
+            raise TransformError(f"the transform returned {type(valid).__name__}, not a Spark DataFrame")
+        kafka_type = valid.schema[KAFKA_COLUMN].dataType if KAFKA_COLUMN in valid.columns else None
+        if not isinstance(kafka_type, StructType) or not {"topic", "partition", "offset"} <= set(kafka_type.names):
+            raise TransformError(
+                f"the transform must keep the '{KAFKA_COLUMN}' struct column (topic, partition, offset): the sink "
+                "lays records out by it and the batch counts them per offset range"
+            )
+        clashes = sorted(set(valid.columns) & set(_PARTITION_COLUMNS))
+        if clashes:
+            raise TransformError(
+                f"the transform's output may not have columns {clashes}: the sink's directories use them"
+            )
+    return _with_partition_columns(valid)
+
+
+def quarantine_frame(checked: DataFrame) -> DataFrame:
+    """Failed records: `kafka` coordinates, the raw `value` bytes and the `reason`."""
+    failed = checked.filter(F.col(REASON_COLUMN).isNotNull()).select(
+        KAFKA_COLUMN, F.col(RAW_VALUE_COLUMN).alias("value"), F.col(REASON_COLUMN).alias("reason")
+    )
+    return _with_partition_columns(failed)

@@ -1,0 +1,129 @@
+"""Mirroring ledger commits to Kafka's committed offsets, so Kafka tooling sees the group's progress.
+
+`KafkaOffsetMirror` implements `assignment.ledger.OffsetMirror` with confluent-kafka: a consumer that
+never subscribes (so it never joins Kafka's group) commits each partition's `until` offset under the
+group id, with the run id as the commit metadata. Kafka accepts such a standalone commit while its own
+view of the group is Empty, which it always is for Cohort's groups (members live in Cohort's store). A
+failed commit is retried with exponential backoff; if it still fails, `mirror` raises MirrorError and the
+caller reports it: the ledger's commit is the source of truth and is never undone by a mirror failure.
+
+Example:
+    >>> mirror = KafkaOffsetMirror({"bootstrap.servers": "localhost:9092"})  # doctest: +SKIP
+    >>> mirror.mirror("orders-ingest", [OffsetRange("orders", 0, 0, 100, records=100)], run_id="r1")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from assignment.names import validate_group_name
+from assignment.types import OffsetRange, TopicPartition
+
+__all__ = ["KafkaOffsetMirror", "MirrorError", "kafka_committed"]
+
+
+class MirrorError(RuntimeError):
+    """Kafka refused or did not answer the mirror commit after every retry."""
+
+
+def _heads(ranges: Sequence[OffsetRange]) -> dict[TopicPartition, int]:
+    """The last `until` per partition: what Kafka's committed offset must become."""
+    heads: dict[TopicPartition, int] = {}
+    for r in ranges:
+        tp = r.topic_partition
+        heads[tp] = max(heads.get(tp, r.until_offset), r.until_offset)
+    return heads
+
+
+class KafkaOffsetMirror:
+    """Commits offsets to Kafka under a group id without joining the group (see the module doc).
+
+    Args:
+        config: librdkafka settings (bootstrap servers, security).
+        attempts: commit attempts before giving up; waits grow exponentially from `backoff_s` to
+            `max_backoff_s` between them.
+        timeout_s: socket timeout of each attempt.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        attempts: int = 5,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 5.0,
+        timeout_s: float = 10.0,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        self.config = dict(config)
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.timeout_s = timeout_s
+
+    def _consumer(self, group: str) -> Consumer:
+        return Consumer(
+            {
+                **self.config,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "socket.timeout.ms": int(self.timeout_s * 1000),
+            }
+        )
+
+    def _commit_once(self, group: str, offsets: list[KafkaTopicPartition]) -> None:
+        consumer = self._consumer(group)
+        try:
+            answers = consumer.commit(offsets=offsets, asynchronous=False)
+        finally:
+            consumer.close()
+        failed = [f"{a.topic}-{a.partition}: {a.error}" for a in answers or () if a.error is not None]
+        if failed:
+            raise KafkaException(f"Kafka refused offsets of group {group!r}: {'; '.join(failed)}")
+
+    def mirror(self, group: str, ranges: Sequence[OffsetRange], *, run_id: str | None) -> None:
+        """Commit each partition's last `until_offset` for `group`, with `run_id` as metadata."""
+        validate_group_name(group)
+        heads = _heads(ranges)
+        if not heads:
+            return
+        metadata = run_id or ""
+        offsets = [
+            KafkaTopicPartition(tp.topic, tp.partition, until, metadata=metadata) for tp, until in sorted(heads.items())
+        ]
+        committer = retry(
+            retry=retry_if_exception_type(KafkaException),
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
+        )(self._commit_once)
+        try:
+            committer(group, offsets)
+        except RetryError as exc:
+            cause = exc.last_attempt.exception()
+            raise MirrorError(
+                f"mirroring {len(offsets)} offsets of group {group!r} to Kafka failed after {self.attempts} "
+                f"attempts: {cause}; the ledger's commit stands"
+            ) from cause
+
+
+def kafka_committed(
+    config: Mapping[str, Any], group: str, partitions: Sequence[TopicPartition], *, timeout_s: float = 10.0
+) -> dict[TopicPartition, tuple[int | None, str | None]]:
+    """Kafka's committed (offset, metadata) per partition for `group`; offset None when nothing is committed."""
+    validate_group_name(group)
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        answers = consumer.committed(
+            [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=timeout_s
+        )
+    finally:
+        consumer.close()
+    return {
+        TopicPartition(a.topic, a.partition): (a.offset if a.offset >= 0 else None, a.metadata or None) for a in answers
+    }

@@ -1,0 +1,59 @@
+"""Gathering the planning inputs: the ledger's committed offsets and Kafka's watermarks per partition.
+
+The only I/O step of planning; `pipelines.plan` then decides with plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from assignment.ledger import OffsetLedger
+from assignment.names import validate_topic_name
+from assignment.types import TopicPartition
+from pipelines.kafka_client import offsets_for_times, watermarks
+from pipelines.plan import PartitionPosition, ResetPolicy
+
+__all__ = ["gather_positions"]
+
+
+def _checked(tp: TopicPartition) -> TopicPartition:
+    """The partition, after checking its topic name and number (before they reach the ledger or Kafka)."""
+    topic, partition = tp
+    validate_topic_name(topic)
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an int >= 0, got {partition!r} for topic {topic!r}")
+    return TopicPartition(topic, partition)
+
+
+def gather_positions(
+    kafka_config: Mapping[str, Any],
+    ledger: OffsetLedger,
+    partitions: Sequence[TopicPartition],
+    reset: ResetPolicy,
+    *,
+    new_partitions: Collection[TopicPartition] = (),
+) -> list[PartitionPosition]:
+    """One PartitionPosition per partition: committed offset, watermarks, and the timestamp answer when
+    the reset policy needs one (only for partitions with nothing committed that are not new)."""
+    tps = sorted({_checked(tp) for tp in partitions})
+    if not tps:
+        return []
+    committed = ledger.committed_offsets(tps)
+    marks = watermarks(kafka_config, tps)
+    new = {TopicPartition(tp[0], tp[1]) for tp in new_partitions}
+    by_time: dict[TopicPartition, int | None] = {}
+    if reset.kind == "timestamp" and reset.timestamp_ms is not None:
+        asked = [tp for tp in tps if committed.get(tp) is None and tp not in new]
+        by_time = offsets_for_times(kafka_config, asked, reset.timestamp_ms)
+    return [
+        PartitionPosition(
+            tp,
+            committed=committed.get(tp),
+            low=marks[tp][0],
+            high=marks[tp][1],
+            timestamp_offset=by_time.get(tp),
+            new=tp in new,
+        )
+        for tp in tps
+    ]

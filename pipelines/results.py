@@ -1,0 +1,90 @@
+"""What a batch reports: per-partition figures and per-stage timings, for the Dagster layer to show.
+
+Plain frozen values with no Spark or Kafka inside, so they cross process boundaries and serialize as-is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from assignment.types import OffsetRange, TopicPartition
+
+__all__ = ["BatchResult", "CountMismatchError", "PartitionResult"]
+
+
+class CountMismatchError(RuntimeError):
+    """Records were lost or duplicated between Kafka and the outputs: consumed != written + quarantined."""
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """One partition's range in a batch.
+
+    `records` reached the sink, `quarantined` went to quarantine, `bytes` is the consumed key + value
+    size, `seconds` the Spark tasks' reading time. `start` says where `from_offset` came from
+    ('committed', 'earliest', 'latest', 'timestamp', 'new-partition'); `gap` is the ledger gap recorded
+    before the range, if records were lost to retention; `warning` explains anything unusual.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    records: int = 0
+    quarantined: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    start: str = "committed"
+    gap: OffsetRange | None = None
+    warning: str | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def consumed(self) -> int:
+        return self.records + self.quarantined
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The outcome of `run_batch`: what was read, written and committed.
+
+    `committed` are the ranges the ledger accepted (gaps included); `mirror_error` is set when the Kafka
+    mirror failed after the ledger commit (the ledger's commit stands). `stage_seconds` holds wall-clock
+    time per stage: plan, read (read + decode + validate, materialized once), write, verify, publish,
+    commit, mirror.
+    """
+
+    run_id: str
+    partitions: tuple[PartitionResult, ...]
+    committed: tuple[OffsetRange, ...] = ()
+    sink_dirs: tuple[str, ...] = ()
+    quarantine_dirs: tuple[str, ...] = ()
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    mirror_error: str | None = None
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(p.quarantined for p in self.partitions)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.stage_seconds.values())
+
+    def partition(self, topic: str, partition: int) -> PartitionResult:
+        """The result of one partition; KeyError naming it if it was not in the batch."""
+        for result in self.partitions:
+            if (result.topic, result.partition) == (topic, partition):
+                return result
+        raise KeyError(f"{topic}-{partition} was not part of batch {self.run_id}")

@@ -1,0 +1,198 @@
+"""The Parquet sink: staged writes moved into place with Hadoop FileSystem renames.
+
+Layout under a root (a local path or any Hadoop-compatible URI Spark can write):
+
+    <root>/topic=<topic>/partition=<p>/<topic>-<p>-<from>-<until>.parquet/part-*.parquet
+
+one directory per consumed offset range, named by (topic, partition, from, until). A batch writes all its
+ranges once with Spark into `<root>/_staging/<attempt>/topic=<t>/partition=<p>/`, then moves each range's
+directory into place with one rename. Before the move, any range directory of the same partition that
+overlaps the new range is deleted: it can only be the leftover of an attempt whose commit never happened
+(committed ranges end at or before the new range's start), so a rerun replaces rather than duplicates. A
+crash before the move leaves only `_staging`, which Spark's readers ignore (names starting with `_`).
+Each range directory holds an empty `_cohort_attempt=<attempt>` marker, so an attempt whose ledger commit
+is refused withdraws exactly its own directories and never a newer attempt's.
+
+Topic names are validated (assignment.names) before they reach a path; partitions must be ints >= 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from assignment.names import validate_topic_name
+from assignment.types import TopicPartition
+
+__all__ = ["HadoopFs", "SinkError", "SinkLayout", "parse_range_dir"]
+
+STAGING = "_staging"
+MARKER_PREFIX = "_cohort_attempt="
+
+
+class SinkError(RuntimeError):
+    """A sink operation failed: a rename or delete was refused, or the layout holds something unexpected."""
+
+
+def _check_partition(partition: object) -> int:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+    return partition
+
+
+def range_dir_name(topic: str, partition: int, from_offset: int, until_offset: int) -> str:
+    """`<topic>-<partition>-<from>-<until>.parquet`, after checking every part is safe in a path."""
+    validate_topic_name(topic)
+    _check_partition(partition)
+    if from_offset < 0 or until_offset < from_offset:
+        raise ValueError(f"invalid offset range [{from_offset}, {until_offset}) for {topic}-{partition}")
+    return f"{topic}-{partition}-{from_offset}-{until_offset}.parquet"
+
+
+def parse_range_dir(name: str) -> tuple[str, int, int, int] | None:
+    """(topic, partition, from, until) from a range directory name, None if it is not one."""
+    if not name.endswith(".parquet"):
+        return None
+    parts = name[: -len(".parquet")].rsplit("-", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+class HadoopFs:
+    """The few Hadoop FileSystem operations the sink needs, through the driver's JVM (py4j).
+
+    Works for any URI scheme the session's Hadoop configuration can open (file:, hdfs:, s3a:, abfs: ...).
+    Needs a classic SparkSession (Spark Connect sessions have no driver JVM in this process).
+    """
+
+    def __init__(self, spark: Any) -> None:
+        jvm = getattr(spark, "_jvm", None)
+        if jvm is None:
+            raise SinkError("the Parquet sink needs a classic SparkSession (not Spark Connect) to move files")
+        self._jvm = jvm
+        self._conf = spark._jsc.hadoopConfiguration()
+
+    def path(self, uri: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(uri)
+
+    def _fs(self, path: Any) -> Any:
+        return path.getFileSystem(self._conf)
+
+    def exists(self, uri: str) -> bool:
+        path = self.path(uri)
+        return bool(self._fs(path).exists(path))
+
+    def list_names(self, uri: str) -> list[str]:
+        """Names directly under `uri`; [] when it does not exist."""
+        path = self.path(uri)
+        fs = self._fs(path)
+        if not fs.exists(path):
+            return []
+        return sorted(status.getPath().getName() for status in fs.listStatus(path))
+
+    def delete(self, uri: str) -> None:
+        path = self.path(uri)
+        fs = self._fs(path)
+        if fs.exists(path) and not fs.delete(path, True):
+            raise SinkError(f"could not delete {uri}")
+
+    def touch(self, uri: str) -> None:
+        path = self.path(uri)
+        self._fs(path).create(path, True).close()
+
+    def rename(self, source: str, target: str) -> None:
+        """Move `source` to `target`, which must not exist; its parent is created."""
+        src, dst = self.path(source), self.path(target)
+        fs = self._fs(dst)
+        if fs.exists(dst):
+            raise SinkError(f"cannot move {source} to {target}: the target exists")
+        fs.mkdirs(dst.getParent())
+        if not fs.rename(src, dst):
+            raise SinkError(f"could not move {source} to {target}")
+
+    def parquet_record_count(self, uri: str) -> int:
+        """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""
+        path = self.path(uri)
+        fs = self._fs(path)
+        if not fs.exists(path):
+            return 0
+        parquet = self._jvm.org.apache.parquet.hadoop
+        total = 0
+        for status in fs.listStatus(path):
+            name = status.getPath().getName()
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            reader = parquet.ParquetFileReader.open(parquet.util.HadoopInputFile.fromPath(status.getPath(), self._conf))
+            try:
+                total += int(reader.getRecordCount())
+            finally:
+                reader.close()
+        return total
+
+
+@dataclass(frozen=True)
+class SinkLayout:
+    """Paths of one sink root; `attempt` names a batch attempt's staging area and its markers."""
+
+    root: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, str) or not self.root.strip():
+            raise ValueError("the sink path must be a non-empty string (a local path or a Hadoop URI)")
+        object.__setattr__(self, "root", self.root.rstrip("/") or "/")
+
+    def partition_dir(self, topic: str, partition: int) -> str:
+        validate_topic_name(topic)
+        return f"{self.root}/topic={topic}/partition={_check_partition(partition)}"
+
+    def range_dir(self, topic: str, partition: int, from_offset: int, until_offset: int) -> str:
+        name = range_dir_name(topic, partition, from_offset, until_offset)
+        return f"{self.partition_dir(topic, partition)}/{name}"
+
+    def staging_root(self, attempt: str) -> str:
+        if not attempt.isalnum():
+            raise ValueError(f"attempt ids are alphanumeric, got {attempt!r}")
+        return f"{self.root}/{STAGING}/{attempt}"
+
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
+        validate_topic_name(topic)
+        return f"{self.staging_root(attempt)}/topic={topic}/partition={_check_partition(partition)}"
+
+    def range_dirs(self, fs: HadoopFs, topic: str, partition: int) -> list[tuple[int, int, str]]:
+        """(from, until, path) of every range directory of a partition, in offset order."""
+        found = []
+        for name in fs.list_names(self.partition_dir(topic, partition)):
+            parsed = parse_range_dir(name)
+            if parsed is not None and parsed[:2] == (topic, partition):
+                found.append((parsed[2], parsed[3], f"{self.partition_dir(topic, partition)}/{name}"))
+        return sorted(found)
+
+    def publish(self, fs: HadoopFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
+        """Move each staged range into place (see the module doc), yielding each directory made visible.
+
+        A partition whose staging directory is missing (no rows of that kind) gets no directory, but any
+        overlapping leftover is still removed so the sink matches what the ledger will say.
+        """
+        for tp, (from_offset, until_offset) in sorted(ranges.items()):
+            target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
+            for old_from, old_until, old_path in self.range_dirs(fs, tp.topic, tp.partition):
+                overlaps = old_from < until_offset and from_offset < old_until
+                same_empty = old_from == old_until == from_offset == until_offset
+                if overlaps or same_empty:
+                    fs.delete(old_path)
+            staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
+            if fs.exists(staged):
+                fs.touch(f"{staged}/{MARKER_PREFIX}{attempt}")
+                fs.rename(staged, target)
+                yield target
+
+    def withdraw(self, fs: HadoopFs, attempt: str, directories: Iterable[str]) -> None:
+        """Delete the given range directories that still carry this attempt's marker."""
+        for directory in directories:
+            if fs.exists(f"{directory}/{MARKER_PREFIX}{attempt}"):
+                fs.delete(directory)
+
+    def discard_staging(self, fs: HadoopFs, attempt: str) -> None:
+        fs.delete(self.staging_root(attempt))

@@ -1,0 +1,116 @@
+"""What a pipeline does with the records of a batch: decoding, validation, transform, sinks and limits.
+
+A `PipelineSpec` is plain, immutable configuration, checked when it is built so a bad schema, model or
+limit fails before any batch runs, with a message naming the problem.
+
+Example:
+    >>> import pyspark.sql.types as T
+    >>> spec = PipelineSpec(
+    ...     sink_path="/tmp/lake/orders",
+    ...     value_format="json",
+    ...     value_schema=T.StructType([T.StructField("id", T.LongType(), nullable=False)]),
+    ...     max_records_per_partition=100_000,
+    ... )
+    >>> spec.quarantine_root
+    '/tmp/lake/orders/_quarantine'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from pipelines.decode import ValueFormat, value_columns_schema
+from pipelines.plan import PlanLimits, ResetPolicy
+from pipelines.validate import RowCheck, compile_model
+
+__all__ = ["PipelineSpec"]
+
+Transform = Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Configuration of the Spark data path (see pipelines.batch.run_batch).
+
+    Attributes:
+        sink_path: root of the Parquet output (local path or Hadoop-compatible URI).
+        quarantine_path: root of the quarantine output; default `<sink_path>/_quarantine`, which Spark's
+            readers of the sink ignore.
+        value_format: 'json' (into `value_schema`), 'utf8' (a string `value`) or 'bytes'.
+        value_schema: the Spark StructType of JSON values; required for 'json' only.
+        model: a pandera.pyspark DataFrameModel over the decoded value columns, checked row by row.
+        transform: DataFrame -> DataFrame applied to valid records before the sink. It must keep the
+            `kafka` column and one output row per input row (the batch checks the counts).
+        reset: where partitions without a committed offset start: 'earliest', 'latest', a
+            timezone-aware datetime, or a ResetPolicy.
+        fail_on_data_loss: fail when committed offsets are gone from Kafka; when False, record a gap.
+        max_records_per_partition: cap on one partition's range per batch (None: to the end offset).
+        max_records_per_task: ranges longer than this are read by several Spark tasks.
+        min_task_records: ranges are split further to use every core only while pieces keep this many.
+        consumer_config: extra librdkafka settings for the executor-side consumers.
+        read_timeout_s: how long a reading task may go without a record before it fails.
+        consume_batch_size: messages per consume call, hence rows per Arrow batch.
+        compression: Parquet compression codec.
+    """
+
+    sink_path: str
+    quarantine_path: str | None = None
+    value_format: ValueFormat = "json"
+    value_schema: StructType | None = None
+    model: Any = None
+    transform: Transform | None = None
+    reset: ResetPolicy | str | datetime = "earliest"
+    fail_on_data_loss: bool = True
+    max_records_per_partition: int | None = None
+    max_records_per_task: int = 250_000
+    min_task_records: int = 20_000
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    read_timeout_s: float = 30.0
+    consume_batch_size: int = 10_000
+    compression: str = "snappy"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reset", ResetPolicy.parse(self.reset))
+        if not isinstance(self.sink_path, str) or not self.sink_path.strip():
+            raise ValueError("sink_path must be a non-empty local path or Hadoop URI")
+        if self.quarantine_path is not None and not self.quarantine_path.strip():
+            raise ValueError("quarantine_path must be a non-empty path or None for the default")
+        self.value_columns  # noqa: B018 (validates the format and schema)
+        self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
+        if self.transform is not None and not callable(self.transform):
+            raise ValueError(f"transform must be a callable DataFrame -> DataFrame, got {self.transform!r}")
+        if self.read_timeout_s <= 0 or self.consume_batch_size < 1:
+            raise ValueError("read_timeout_s must be > 0 and consume_batch_size >= 1")
+        self.limits()  # validates the caps
+
+    @property
+    def value_columns(self) -> StructType:
+        """The decoded value columns the model and the transform see (besides `kafka`)."""
+        return value_columns_schema(self.value_format, self.value_schema)
+
+    @property
+    def row_checks(self) -> tuple[RowCheck, ...]:
+        """The model compiled to row-level checks (empty without a model)."""
+        return () if self.model is None else compile_model(self.model, self.value_columns)
+
+    @property
+    def quarantine_root(self) -> str:
+        return self.quarantine_path or f"{self.sink_path.rstrip('/')}/_quarantine"
+
+    def limits(self, target_tasks: int = 1) -> PlanLimits:
+        """The planning limits of this spec for a cluster running `target_tasks` tasks at once."""
+        assert isinstance(self.reset, ResetPolicy)
+        return PlanLimits(
+            max_records_per_partition=self.max_records_per_partition,
+            max_records_per_task=self.max_records_per_task,
+            target_tasks=target_tasks,
+            min_task_records=self.min_task_records,
+            fail_on_data_loss=self.fail_on_data_loss,
+            reset=self.reset,
+        )

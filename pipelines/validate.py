@@ -1,0 +1,168 @@
+"""Row-level validation against a user's `pandera.pyspark` DataFrameModel.
+
+pandera.pyspark validates a whole DataFrame and reports per check (did any row fail?), not per row, so it
+cannot say which records to quarantine. This module derives per-row failures soundly by evaluating the
+same predicates pandera evaluates, as Spark column expressions in one pass:
+
+- pandera's built-in pyspark checks each compute `cond` and fail when `df.filter(~cond)` is non-empty,
+  so a row fails a check exactly when `NOT cond` is TRUE; a null makes `NOT cond` null, which passes,
+  as in pandera (nulls are governed by `nullable` alone). The table below mirrors
+  pandera/backends/pyspark/builtin_checks.py check by check.
+- `nullable=False` fails rows where the column is null.
+- the column's dtype must equal the decoded column's Spark type; that is a property of the schema, not
+  of a row, so a mismatch is a configuration error raised when the model is compiled.
+
+What cannot be decided row by row is refused when the model is compiled, with the reason: dataframe-level
+checks, `unique`, regex column names, custom checks and `unique_values_eq`. The equivalence with pandera
+is tested by running pandera's own `validate` on both outputs of a split.
+
+Example:
+    >>> import pandera.pyspark as pa
+    >>> import pyspark.sql.types as T
+    >>> class Order(pa.DataFrameModel):
+    ...     id: T.LongType() = pa.Field(gt=0)
+    >>> [c.description for c in compile_model(Order, T.StructType([T.StructField("id", T.LongType())]))]
+    ['id: greater_than(0)', 'id: not_nullable']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+__all__ = ["ModelError", "RowCheck", "compile_model", "failure_reason"]
+
+
+class ModelError(ValueError):
+    """A pandera model that cannot be used for row-level validation of the decoded values."""
+
+
+def _regex(pattern: Any) -> str:
+    return pattern.pattern if isinstance(pattern, re.Pattern) else str(pattern)
+
+
+def _in_range(c: Column, s: Mapping[str, Any]) -> Column:
+    low = c >= s["min_value"] if s.get("include_min", True) else c > s["min_value"]
+    high = c <= s["max_value"] if s.get("include_max", True) else c < s["max_value"]
+    return low & high
+
+
+def _str_length(c: Column, s: Mapping[str, Any]) -> Column:
+    length = F.length(c)
+    if s.get("exact_value") is not None:
+        return length == s["exact_value"]
+    if s.get("min_value") is None and s.get("max_value") is None:
+        raise ModelError("str_length needs min_value, max_value or exact_value")
+    if s.get("min_value") is None:
+        return length <= s["max_value"]
+    if s.get("max_value") is None:
+        return length >= s["min_value"]
+    return (length >= s["min_value"]) & (length <= s["max_value"])
+
+
+def _str_matches(c: Column, s: Mapping[str, Any]) -> Column:
+    pattern = _regex(s["pattern"])
+    return c.rlike(pattern if pattern.startswith("^") else f"^{pattern}")
+
+
+_PASSES: dict[str, Callable[[Column, Mapping[str, Any]], Column]] = {
+    "equal_to": lambda c, s: c == s["value"],
+    "not_equal_to": lambda c, s: c != s["value"],
+    "greater_than": lambda c, s: c > s["min_value"],
+    "greater_than_or_equal_to": lambda c, s: c >= s["min_value"],
+    "less_than": lambda c, s: c < s["max_value"],
+    "less_than_or_equal_to": lambda c, s: c <= s["max_value"],
+    "in_range": _in_range,
+    "isin": lambda c, s: c.isin(list(s["allowed_values"])),
+    "notin": lambda c, s: ~c.isin(list(s["forbidden_values"])),
+    "str_matches": _str_matches,
+    "str_contains": lambda c, s: c.rlike(_regex(s["pattern"])),
+    "str_startswith": lambda c, s: c.startswith(s["string"]),
+    "str_endswith": lambda c, s: c.endswith(s["string"]),
+    "str_length": _str_length,
+}
+"""check name -> the condition a passing value satisfies, as in pandera's pyspark built-in checks."""
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """One row-level check: `column` fails `check` (a pandera check name, or 'not_nullable')."""
+
+    column: str
+    check: str
+    statistics: tuple[tuple[str, Any], ...] = ()
+    error: str | None = None
+
+    @property
+    def description(self) -> str:
+        return f"{self.column}: {self.error or self.check}"
+
+    def fails(self) -> Column:
+        """A boolean column: true where the row fails this check, never null."""
+        column = F.col(f"`{self.column}`")
+        if self.check == "not_nullable":
+            return column.isNull()
+        passes = _PASSES[self.check](column, dict(self.statistics))
+        return F.coalesce(~passes, F.lit(False))
+
+
+def compile_model(model: Any, value_schema: StructType) -> tuple[RowCheck, ...]:
+    """The row checks of a pandera.pyspark DataFrameModel (or its DataFrameSchema) over `value_schema`.
+
+    Raises ModelError naming the column and the problem when the model does not fit the decoded values
+    or uses a check that cannot be evaluated row by row.
+    """
+    schema = model.to_schema() if hasattr(model, "to_schema") else model
+    name = getattr(model, "__name__", type(schema).__name__)
+    if not hasattr(schema, "columns"):
+        raise ModelError(f"{name} is not a pandera.pyspark DataFrameModel or DataFrameSchema")
+    if getattr(schema, "checks", None):
+        raise ModelError(f"{name} has dataframe-level checks, which cannot say which rows fail; use column checks")
+    if getattr(schema, "unique", None):
+        raise ModelError(f"{name} declares unique columns, a property of the batch, not of a row")
+    fields = {f.name: f for f in value_schema.fields}
+    if getattr(schema, "strict", False) is True:
+        extra = sorted(set(fields) - set(schema.columns))
+        if extra:
+            raise ModelError(f"{name} is strict but the value schema has columns it does not declare: {extra}")
+    checks: list[RowCheck] = []
+    for column_name, column in schema.columns.items():
+        where = f"{name}.{column_name}"
+        if getattr(column, "regex", False):
+            raise ModelError(f"{where}: regex column names are not supported; name the columns")
+        if getattr(column, "unique", False):
+            raise ModelError(f"{where}: unique=True is a property of the batch, not of a row")
+        if column_name not in fields:
+            raise ModelError(f"{where}: no such column among the decoded values {sorted(fields)}")
+        expected = getattr(column.dtype, "type", None)
+        actual = fields[column_name].dataType
+        if expected is not None and expected != actual:
+            raise ModelError(
+                f"{where}: the model's dtype {expected.simpleString()} differs from the decoded column's "
+                f"{actual.simpleString()}; declare the same type in the value schema and the model"
+            )
+        for check in column.checks:
+            if check.name not in _PASSES:
+                raise ModelError(
+                    f"{where}: check {check.name!r} cannot be evaluated row by row; supported checks are "
+                    f"{', '.join(sorted(_PASSES))}"
+                )
+            stats = tuple(sorted((check.statistics or {}).items()))
+            checks.append(RowCheck(column_name, check.name, stats, check.error))
+        if not column.nullable:
+            checks.append(RowCheck(column_name, "not_nullable"))
+    return tuple(checks)
+
+
+def failure_reason(checks: Sequence[RowCheck]) -> Column:
+    """A string column listing every failed check of the row ('; '-separated), null when all pass."""
+    if not checks:
+        return F.lit(None).cast("string")
+    listed = F.concat_ws("; ", *[F.when(c.fails(), F.lit(c.description)) for c in checks])
+    return F.when(listed != "", listed)

@@ -1,0 +1,126 @@
+"""Row-level checks derived from a pandera.pyspark model agree with pandera, check by check."""
+
+from __future__ import annotations
+
+import pandera.pyspark as pa
+import pyspark.sql.types as T
+import pytest
+from pyspark.sql import functions as F
+
+from pipelines.validate import ModelError, compile_model, failure_reason
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("n", T.LongType()),
+        T.StructField("x", T.DoubleType()),
+        T.StructField("s", T.StringType()),
+    ]
+)
+ROWS = [
+    (1, 0.5, "apple"),
+    (5, 9.5, "banana"),
+    (10, 10.0, "cherry"),
+    (-3, -1.0, "kiwi"),
+    (None, None, None),
+    (7, 3.0, "apricot"),
+]
+
+FIELDS = [
+    ("n", {"eq": 5}),
+    ("n", {"ne": 5}),
+    ("n", {"gt": 1}),
+    ("n", {"ge": 1}),
+    ("n", {"lt": 10}),
+    ("n", {"le": 7}),
+    ("x", {"in_range": {"min_value": 0.5, "max_value": 10.0, "include_min": False}}),
+    ("n", {"isin": [1, 5, 7]}),
+    ("n", {"notin": [5, 10]}),
+    ("s", {"str_matches": "a.*"}),
+    ("s", {"str_contains": "an"}),
+    ("s", {"str_startswith": "ap"}),
+    ("s", {"str_endswith": "y"}),
+    ("s", {"str_length": {"min_value": 5, "max_value": 6}}),
+]
+
+
+def model_with(column: str, kwargs: dict, nullable: bool = True) -> type[pa.DataFrameModel]:
+    dtypes = {"n": T.LongType(), "x": T.DoubleType(), "s": T.StringType()}
+    annotations = {column: dtypes[column]}
+    namespace = {"__annotations__": annotations, column: pa.Field(nullable=nullable, **kwargs)}
+    return type("Generated", (pa.DataFrameModel,), namespace)
+
+
+@pytest.mark.parametrize(("column", "kwargs"), FIELDS, ids=[f"{c}-{next(iter(k))}" for c, k in FIELDS])
+def test_row_verdicts_match_pandera(spark, column, kwargs):
+    model = model_with(column, kwargs)
+    frame = spark.createDataFrame(ROWS, SCHEMA)
+    reasons = frame.select(column, failure_reason(compile_model(model, SCHEMA)).alias("reason")).collect()
+    for value, row in zip([r[SCHEMA.names.index(column)] for r in ROWS], reasons, strict=True):
+        single = spark.createDataFrame([(value,)], T.StructType([SCHEMA[column]]))
+        pandera_failed = bool(model.validate(single).pandera.errors)
+        assert (row.reason is not None) == pandera_failed, (kwargs, value, row.reason)
+
+
+def test_not_nullable_and_every_failed_check_is_listed(spark):
+    class Model(pa.DataFrameModel):
+        n: T.LongType() = pa.Field(gt=0, lt=5)  # type: ignore[valid-type]
+        s: T.StringType() = pa.Field(nullable=True)  # type: ignore[valid-type]
+
+    frame = spark.createDataFrame(ROWS, SCHEMA)
+    reasons = [r.reason for r in frame.select(failure_reason(compile_model(Model, SCHEMA)).alias("reason")).collect()]
+    too_big, too_small = "n: less_than(5)", "n: greater_than(0)"
+    assert reasons == [None, too_big, too_big, too_small, "n: not_nullable", too_big]
+
+
+def test_models_that_cannot_be_checked_row_by_row_are_refused():
+    class WrongType(pa.DataFrameModel):
+        n: T.StringType()  # type: ignore[valid-type]
+
+    class Missing(pa.DataFrameModel):
+        missing: T.LongType()  # type: ignore[valid-type]
+
+    class Unique(pa.DataFrameModel):
+        n: T.LongType()  # type: ignore[valid-type]
+
+        class Config:
+            unique = ["n"]
+
+    class Frame(pa.DataFrameModel):
+        n: T.LongType()  # type: ignore[valid-type]
+
+        @pa.dataframe_check
+        @classmethod
+        def positive(cls, df):  # type: ignore[no-untyped-def]
+            return True
+
+    with pytest.raises(ModelError, match=r"WrongType.n: the model's dtype string differs .* bigint"):
+        compile_model(WrongType, SCHEMA)
+    with pytest.raises(ModelError, match=r"Missing.missing: no such column"):
+        compile_model(Missing, SCHEMA)
+    with pytest.raises(ModelError, match="unique"):
+        compile_model(Unique, SCHEMA)
+    with pytest.raises(ModelError, match="dataframe-level checks"):
+        compile_model(Frame, SCHEMA)
+    with pytest.raises(ModelError, match=r"not a pandera\.pyspark"):
+        compile_model(object(), SCHEMA)
+
+
+def test_custom_checks_are_refused_with_the_supported_list():
+    class Custom(pa.DataFrameModel):
+        n: T.LongType()  # type: ignore[valid-type]
+
+        @pa.check("n")
+        @classmethod
+        def even(cls, data):  # type: ignore[no-untyped-def]
+            return True
+
+    with pytest.raises(ModelError, match=r"Custom.n: check 'even' cannot be evaluated row by row; supported"):
+        compile_model(Custom, SCHEMA)
+
+
+def test_compiled_checks_never_yield_null(spark):
+    frame = spark.createDataFrame([(None, None, None)], SCHEMA)
+    model = model_with("n", {"gt": 1})
+    (check,) = compile_model(model, SCHEMA)
+    assert frame.select(check.fails().alias("f")).first().f is False
+    assert frame.select(F.lit(1)).count() == 1
