@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,8 +53,9 @@ __all__ = [
     "metadata",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'."""
+SCHEMA_VERSION = 2
+"""Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
+1: first version; 2: member partition lists in their own column (`_migrate` upgrades in place)."""
 
 R = TypeVar("R")
 HeadReader = Callable[[Sequence[TopicPartition]], dict[TopicPartition, int | None]]
@@ -265,6 +267,29 @@ def create_schema(engine: Engine) -> None:
         elif found > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"the store holds coordinator schema version {found}; this code supports up to {SCHEMA_VERSION}"
+            )
+        elif found < SCHEMA_VERSION:
+            _migrate(conn, found)
+            conn.execute(
+                sa.update(schema_version)
+                .where(schema_version.c.component == "coordinator")
+                .values(version=SCHEMA_VERSION)
+            )
+
+
+def _migrate(conn: Connection, found: int) -> None:
+    """Upgrade an older schema in place (inside the schema lock)."""
+    if found < 2:
+        # Version 1 kept a member's partition lists inside its `data` JSON; version 2 has a column for them.
+        conn.execute(sa.text("ALTER TABLE cohort_group_members ADD COLUMN partitions TEXT NOT NULL DEFAULT '{}'"))
+        rows = conn.execute(sa.select(members.c.group_name, members.c.member_id, members.c.data)).all()
+        for row in rows:
+            data = json.loads(row.data)
+            parts = {"as": data.pop("as", {}), "o": data.pop("o", {})}
+            conn.execute(
+                sa.update(members)
+                .where(members.c.group_name == row.group_name, members.c.member_id == row.member_id)
+                .values(data=json.dumps(data, separators=(",", ":"), sort_keys=True), partitions=json.dumps(parts))
             )
 
 

@@ -159,3 +159,43 @@ def test_postgres_locks_one_group_not_the_others(pg_url: str, clock: ManualClock
     assert coordinator.describe_group("locked").partitions_per_topic == {"t": 2}
     holder.dispose()
     coordinator.close()
+
+
+def test_a_version_1_store_is_migrated_in_place(url: str, clock: ManualClock) -> None:
+    """Version 1 kept member partition lists inside the member's JSON; opening it upgrades it."""
+    engine = create_store_engine(url)
+    v1_member = (
+        '{"a":["range"],"ag":1,"as":{"t":[[0,1]]},"c":"run-1","g":1,"i":null,"j":false,"o":{"t":[[0,1]]},'
+        '"p":null,"pd":1300.0,"pt":300.0,"q":0,"r":null,"rt":300.0,"s":true,"sd":1010.0,"st":10.0,"t":["t"]}'
+    )
+    v1_group = (
+        '{"created_at":1000.0,"initial_delay_until":null,"leader":"m-1","next_seq":1,"pending":{},'
+        '"protocol":"range","reason":null,"rebalance_deadline":null,"rebalance_protocol":"eager","topics":{"t":2}}'
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE cohort_schema_version (component VARCHAR(64) PRIMARY KEY, version INTEGER)"))
+        conn.execute(sa.text("INSERT INTO cohort_schema_version VALUES ('coordinator', 1)"))
+        conn.execute(
+            sa.text(
+                "CREATE TABLE cohort_group_members (group_name VARCHAR(255), member_id VARCHAR(255), "
+                "data TEXT NOT NULL, PRIMARY KEY (group_name, member_id))"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO cohort_group_members VALUES ('g', 'm-1', :d)"), {"d": v1_member})
+        conn.execute(
+            sa.text(
+                "CREATE TABLE cohort_groups (name VARCHAR(255) PRIMARY KEY, version BIGINT NOT NULL, "
+                "state VARCHAR(32) NOT NULL, generation INTEGER NOT NULL, data TEXT NOT NULL, "
+                "updated_at FLOAT NOT NULL)"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO cohort_groups VALUES ('g', 7, 'Stable', 1, :d, 0)"), {"d": v1_group})
+    engine.dispose()
+    coordinator = Coordinator(SqlGroupStore.from_url(url), clock=clock)
+    described = coordinator.describe_group("g")
+    assert described.state is GroupState.STABLE
+    assert described.member("m-1").assigned == (tp("t", 0), tp("t", 1)) == described.member("m-1").owned
+    coordinator.heartbeat("g", "m-1", 1)  # and it keeps working
+    with SqlGroupStore.from_url(url).engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION
+    coordinator.close()
