@@ -258,8 +258,9 @@ class GroupMember:
         """Commit consumed ranges as this member in its generation (`OffsetLedger.commit`).
 
         Raises ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED or a
-        LedgerError (NON_CONTIGUOUS_RANGE...) and records nothing when refused. If a cooperative
-        rebalance is completing on the heartbeat thread, waits for it and retries once.
+        LedgerError (NON_CONTIGUOUS_RANGE...) and records nothing when refused. If a (cooperative)
+        rebalance is completing on the heartbeat thread, it waits for it and retries once in the new
+        generation: partitions the member keeps stay committable through a cooperative rebalance.
         """
         self._raise_background_error()
         for attempt in (0, 1):
@@ -276,11 +277,14 @@ class GroupMember:
                     run_id=run_id if run_id is not None else self.client_id,
                 )
                 return
-            except RebalanceInProgressError:
-                if attempt == 1 or not self._rebalancing:
+            except (RebalanceInProgressError, IllegalGenerationError):
+                if attempt == 1:
                     raise
-                with self._rebalance_lock:  # wait for the rebalancing thread to finish
-                    pass
+                if self._rebalancing:
+                    with self._rebalance_lock:  # wait for the rebalancing thread to finish
+                        pass
+                if self._member_id != member_id or self._generation == generation:
+                    raise  # no new generation of this membership to commit in: a genuine refusal
 
     def report_progress(self) -> None:
         """Tell the coordinator the run is making progress (resets the progress deadline)."""

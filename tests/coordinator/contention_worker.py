@@ -57,7 +57,7 @@ def run_worker(url: str, index: int, seconds: float, assignors: Sequence[str]) -
     rng = random.Random(index)
     coordinator = Coordinator.from_url(url, config=CONFIG)
     syncs: list[tuple[int, str, tuple[tuple[str, int], ...]]] = []
-    accepted: list[tuple[int, int, str, int]] = []
+    accepted: list[tuple[int, int, str]] = []
     refused = 0
     member = _new_member(coordinator, index, assignors, syncs)
     deadline = time.monotonic() + seconds
@@ -73,10 +73,10 @@ def run_worker(url: str, index: int, seconds: float, assignors: Sequence[str]) -
         if owned:
             partition = rng.choice(owned)
             start = coordinator.fetch_offsets(GROUP, [partition])[partition] or 0
-            generation, member_id = member.generation, str(member.member_id)
+            member_id = str(member.member_id)
             try:
                 member.commit([OffsetRange(TOPIC, partition.partition, start, start + 1, records=1)])
-                accepted.append((partition.partition, start, member_id, generation))
+                accepted.append((partition.partition, start, member_id))
             except CoordinatorError:
                 refused += 1
         if rng.random() < 0.005:

@@ -30,14 +30,14 @@ def test_eight_processes_on_one_group(backend: str, request: pytest.FixtureReque
     # contiguous sequence of accepted one-offset ranges, and the committed offset is its end.
     accepted = [entry for result in results for entry in result["accepted"]]
     assert len(accepted) > 50, "the workers should have committed a fair amount"
-    by_partition: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
-    for partition, start, member_id, generation in accepted:
-        by_partition[partition].append((start, member_id, generation))
+    by_partition: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for partition, start, member_id in accepted:
+        by_partition[partition].append((start, member_id))
     heads = setup.fetch_offsets(GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     for partition in range(PARTITIONS):
         history = setup.ledger_history(GROUP, TOPIC, partition)
         assert [(e.from_offset, e.until_offset) for e in history] == [(i, i + 1) for i in range(len(history))]
-        assert sorted(by_partition[partition]) == sorted((e.from_offset, e.member_id, e.generation) for e in history)
+        assert sorted(by_partition[partition]) == sorted((e.from_offset, e.member_id) for e in history)
         assert heads[TopicPartition(TOPIC, partition)] == (len(history) or None)
         # One committer per partition and generation: the generation's owner.
         owners: dict[int, set[str | None]] = defaultdict(set)

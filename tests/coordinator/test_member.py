@@ -230,3 +230,53 @@ def test_close_interrupts_a_background_rebalance(make: Callable[..., Coordinator
     first.close(leave=False)
     assert time.monotonic() - started < 5  # not its 20 s join timeout
     blocker.close(leave=False)
+
+
+def test_commit_waits_for_a_background_cooperative_rebalance(make: Callable[..., Coordinator]) -> None:
+    from tests.coordinator.harness import Client
+
+    coordinator = make()
+    coordinator.report_topic_metadata("g", {"t": 2})
+    leader = Client(coordinator, "g", "leader", assignors=("cooperative-sticky",))
+    leader.join()
+    leader.sync()
+    member = _member(coordinator, "member", assignors=["cooperative-sticky"])
+    joining = threading.Thread(target=member.join)
+    joining.start()
+    _wait(lambda: coordinator.describe_group("g").state is GroupState.PREPARING_REBALANCE)
+    leader.join(report_owned=True)
+    leader.sync()  # revokes one partition from the leader
+    leader.join(report_owned=True)  # releases it: follow-up round
+    _wait(lambda: coordinator.describe_group("g").state is GroupState.COMPLETING_REBALANCE)
+    leader.join(report_owned=True)
+    leader.sync()
+    joining.join(10)
+    _wait(lambda: len(member.assignment) == 1 and not member._rebalancing)
+    [kept] = member.assignment
+    # Another member arrives: `member` rejoins on its heartbeat thread and waits in CompletingRebalance
+    # for the (scripted) leader's sync, one generation ahead of what it committed with so far.
+    newcomer = Client(coordinator, "g", "newcomer", assignors=("cooperative-sticky",))
+    newcomer.join()
+    leader.join(report_owned=True)
+    _wait(lambda: coordinator.describe_group("g").state is GroupState.COMPLETING_REBALANCE)
+    leader.join(report_owned=True)
+    _wait(lambda: member._rebalancing)
+    time.sleep(0.1)  # it is polling its sync now
+    done: list[BaseException | None] = []
+
+    def commit() -> None:
+        try:
+            member.commit([OffsetRange("t", kept.partition, 0, 3, records=3)])
+            done.append(None)
+        except BaseException as exc:
+            done.append(exc)
+
+    committing = threading.Thread(target=commit)
+    committing.start()
+    time.sleep(0.2)
+    leader.sync()  # the rebalance completes; the commit goes through in the new generation
+    committing.join(10)
+    assert done == [None]
+    [entry] = coordinator.ledger_history("g", "t", kept.partition)
+    assert entry.member_id == member.member_id and entry.generation == coordinator.describe_group("g").generation
+    member.close(leave=False)
