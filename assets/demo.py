@@ -1,130 +1,293 @@
-"""`make demo`: the embedded path end to end, on embedded defaults.
+"""`make demo`: a consumer group of three worker slots through Dagster, one killed mid-batch, on embedded defaults.
 
-Starts the embedded broker, creates a 4-partition topic, produces sample JSON events, reads every
-partition's full offset range back through Spark (mapInArrow + confluent-kafka assign and bounded consume),
-writes Parquet, and prints per-partition counts and offset ranges. Exits non-zero if any count disagrees.
+The story: start the embedded broker; produce sample JSON events (a few malformed) to a 6-partition topic;
+launch the worker job for slots 1-3 as three Dagster runs in their own processes (one group generation
+splits the partitions three ways); slot 3 stalls mid-batch and is killed with SIGKILL; once its session
+expires the membership sensor evicts it and requests a rerun of slot 3 whose run key holds the generation;
+the rerun consumes exactly the orphaned ranges from the committed offsets; the asset checks audit the
+offsets. Then the `cohort describe` table, an audit summary, and one JSON line:
+{"produced", "in_sink", "quarantined", "duplicates", "gaps", "rebalances", "lag"}. The exit status is
+non-zero unless produced = in_sink + quarantined, duplicates = gaps = lag = 0.
+
+`python -m assets.demo --worker SLOT --stall S` is one worker run (the demo's subprocesses).
 """
 
-from __future__ import annotations
-
+import argparse
 import json
-import random
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pyspark.sql import functions as F
+import dagster as dg
 
-from assignment import TopicPartition
-from pipelines.kafka_client import create_topic, produce, watermarks
-from pipelines.reader import OffsetSpan, read_spans
-from pipelines.spark import build_session
-from resources.embedded_broker import EmbeddedBroker
+from assets.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
+from assets.translator import DagsterCohortTranslator
+from assets.worker import worker_run_config
+from assignment.coordinator import Coordinator
+from assignment.group_state import EventKind
+from pipelines.kafka_client import create_topic, produce
 
-__all__ = ["DemoReport", "run_demo"]
+__all__ = ["DemoSummary", "main", "run_group_demo"]
 
-TOPIC = "demo-events"
-PARTITIONS = 4
+PARTITIONS = 6
+EVENTS = 3_000
+MALFORMED = frozenset({17, 404, 1111, 2222, 2999})
+T = DagsterCohortTranslator()
 
 
 @dataclass(frozen=True)
-class PartitionReport:
-    partition: int
+class DemoSummary:
+    """The demo's final figures (the last line it prints)."""
+
     produced: int
-    from_offset: int
-    until_offset: int
-    read: int
-    min_offset: int | None
-    max_offset: int | None
+    in_sink: int
+    quarantined: int
+    duplicates: int
+    gaps: int
+    rebalances: int
+    lag: int
 
     @property
     def ok(self) -> bool:
-        span = self.until_offset - self.from_offset
-        return self.produced == self.read == span
+        return (
+            self.produced == self.in_sink + self.quarantined
+            and self.duplicates == 0
+            and self.gaps == 0
+            and self.lag == 0
+        )
 
 
-@dataclass(frozen=True)
-class DemoReport:
-    partitions: list[PartitionReport]
-    in_parquet: int
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return all(p.ok for p in self.partitions) and self.in_parquet == sum(p.produced for p in self.partitions)
-
-
-def _events(count: int, seed: int = 7) -> list[tuple[int, bytes, bytes]]:
-    rng = random.Random(seed)
+def _events() -> list[tuple[int, bytes, bytes]]:
     kinds = ["view", "click", "purchase", "refund"]
     records = []
-    for i in range(count):
-        user = f"user-{rng.randrange(500)}"
-        event = {"event_id": i, "user": user, "kind": rng.choice(kinds), "amount": round(rng.uniform(1, 200), 2)}
-        records.append((i % PARTITIONS, user.encode(), json.dumps(event).encode()))
+    for i in range(EVENTS):
+        event = {"event_id": i, "user": f"user-{i % 97}", "kind": kinds[i % 4], "amount": round(1 + i % 200 * 0.5, 2)}
+        value = b'{"event_id": ' + str(i).encode() + b', "broken' if i in MALFORMED else json.dumps(event).encode()
+        records.append((i % PARTITIONS, f"user-{i % 97}".encode(), value))
     return records
 
 
-def run_demo(events: int = 10_000, output: Path | None = None) -> DemoReport:
-    """Run the demo and return what it saw; the caller decides how to print it."""
-    started = time.monotonic()
-    records = _events(events)
-    produced = [sum(1 for p, _, _ in records if p == n) for n in range(PARTITIONS)]
-    out = output or Path(tempfile.mkdtemp(prefix="cohort-demo-")) / "parquet"
+def _say(text: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def _wait(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+class _Env:
+    """Where this demo's broker, store, sink and Dagster home live (passed to the worker processes)."""
+
+    def __init__(self, bootstrap: str, root: Path) -> None:
+        self.bootstrap = bootstrap
+        self.root = root
+        self.store_url = f"sqlite:///{root / 'cohort.db'}"
+        self.sink = str(root / "lake")
+        self.home = root / "dagster"
+        self.home.mkdir(parents=True, exist_ok=True)
+
+    def variables(self) -> dict[str, str]:
+        return {
+            "COHORT_BOOTSTRAP_SERVERS": self.bootstrap,
+            "COHORT_STORE_URL": self.store_url,
+            "COHORT_SINK": self.sink,
+            "DAGSTER_HOME": str(self.home),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+
+    def start_worker(self, slot: int, *, stall_s: float = 0.0, tags: dict[str, str] | None = None) -> subprocess.Popen:
+        command = [sys.executable, "-m", "assets.demo", "--worker", str(slot), "--stall", str(stall_s)]
+        if tags:
+            command += ["--tags", json.dumps(tags)]
+        log = open(self.root / f"worker-{slot}-{int(time.time() * 1000)}.log", "wb")  # noqa: SIM115 - child's
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **self.variables()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _worker_main(slot: int, stall_s: float, tags: dict[str, str]) -> int:
+    """One worker run in this process, recorded in the instance at $DAGSTER_HOME."""
+    defs = demo_definitions(
+        os.environ["COHORT_BOOTSTRAP_SERVERS"],
+        store_url=os.environ["COHORT_STORE_URL"],
+        sink=os.environ["COHORT_SINK"],
+        stall_s=stall_s,
+    )
+    job = defs.resolve_job_def(T.get_job_name(DEMO_GROUP))
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            run_config=worker_run_config(demo_config(), slot), instance=instance, tags=tags, raise_on_error=False
+        )
+    return 0 if result.success else 1
+
+
+def _slot_assigned(coordinator: Coordinator, slot: int) -> bool:
+    described = coordinator.describe_group(DEMO_GROUP)
+    return any(m.instance_id == f"{DEMO_GROUP}/worker-{slot}" and m.assigned for m in described.members)
+
+
+def _sensor_reruns(env: _Env, instance: dg.DagsterInstance, defs: dg.Definitions) -> list[dg.RunRequest]:
+    sensor = defs.resolve_sensor_def("cohort_membership_sensor")
+    cursor: str | None = None
+    requests: list[dg.RunRequest] = []
+
+    def tick() -> list[dg.RunRequest]:
+        nonlocal cursor
+        with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
+            result = sensor(context)
+        cursor = result.cursor
+        requests.extend(result.run_requests)
+        return requests
+
+    return _wait(tick, 90, "the membership sensor to notice the lost member")
+
+
+def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
+    """Run the story; returns the summary and the text report (describe table and audit)."""
+    from pipelines.kafka_client import partition_counts
+    from resources.embedded_broker import EmbeddedBroker
+
+    root = root or Path(tempfile.mkdtemp(prefix="cohort-demo-"))
     with EmbeddedBroker() as broker:
+        env = _Env(broker.bootstrap_servers, root)
+        os.environ.update({k: v for k, v in env.variables().items() if k.startswith("PYSPARK")})
         config = {"bootstrap.servers": broker.bootstrap_servers}
-        create_topic(config, TOPIC, PARTITIONS)
-        produce(config, TOPIC, records)
-        marks = watermarks(config, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-        spark = build_session(app_name="cohort-demo", conf={"spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
-        spans = [OffsetSpan(TOPIC, tp.partition, low, high) for tp, (low, high) in sorted(marks.items())]
-        frame = read_spans(spark, config, spans)
-        frame.write.mode("overwrite").partitionBy("partition").parquet(str(out))
-        counts = (
-            spark.read.parquet(str(out))
-            .groupBy("partition")
-            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
-            .collect()
-        )
-        stats = {row["partition"]: row for row in counts}
-    reports = []
-    for span in spans:
-        row = stats.get(span.partition)
-        reports.append(
-            PartitionReport(
-                partition=span.partition,
-                produced=produced[span.partition],
-                from_offset=span.from_offset,
-                until_offset=span.until_offset,
-                read=int(row["n"]) if row else 0,
-                min_offset=int(row["lo"]) if row else None,
-                max_offset=int(row["hi"]) if row else None,
-            )
-        )
-    return DemoReport(reports, sum(r.read for r in reports), time.monotonic() - started)
+        create_topic(config, DEMO_TOPIC, PARTITIONS)
+        produced = produce(config, DEMO_TOPIC, _events())
+        _say(f"produced {produced} events ({len(MALFORMED)} malformed) to {DEMO_TOPIC} ({PARTITIONS} partitions)")
+        assert partition_counts(config, [DEMO_TOPIC]) == {DEMO_TOPIC: PARTITIONS}
+        coordinator = Coordinator.from_url(env.store_url)
+        defs = demo_definitions(broker.bootstrap_servers, store_url=env.store_url, sink=env.sink)
+        with dg.DagsterInstance.local_temp(tempdir=str(env.home)) as instance:
+            workers = {slot: env.start_worker(slot, stall_s=600.0 if slot == 3 else 0.0) for slot in (1, 2, 3)}
+            _say("launched worker runs for slots 1, 2, 3 (slot 3 will stall mid-batch)")
+            try:
+                _wait(lambda: _slot_assigned(coordinator, 3), 180, "slot 3 to get its partitions")
+                generation = coordinator.describe_group(DEMO_GROUP).generation
+                _say(f"group {DEMO_GROUP} is Stable in generation {generation}: partitions split over three slots")
+                for slot in (1, 2):
+                    workers[slot].wait(timeout=600)
+                    _say(f"slot {slot} finished (exit {workers[slot].returncode})")
+            finally:
+                _kill(workers[3])
+            _say("killed slot 3 mid-batch (SIGKILL): its partitions are orphaned, uncommitted")
+            reruns = _sensor_reruns(env, instance, defs)
+            for request in reruns:
+                _say(f"membership sensor: rerun {request.run_key}")
+                slot = int(request.tags["cohort/slot"])
+                rerun = env.start_worker(slot, tags=dict(request.tags))
+                rerun.wait(timeout=600)
+                _say(f"rerun of slot {slot} finished (exit {rerun.returncode})")
+            quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+            checks_job = defs.resolve_job_def(T.get_checks_job_name(DEMO_GROUP))
+            checks = checks_job.execute_in_process(instance=instance, run_config=quiet)
+            passed = {e.check_name: e.passed for e in checks.get_asset_check_evaluations()}
+            _say(f"asset checks: {passed}")
+            summary, report = _audit(env, defs, coordinator, instance, produced)
+            defs.resources["kafka"].close()
+        coordinator.close()
+    return summary, report
 
 
-def main() -> int:
-    report = run_demo()
-    print(f"{'PARTITION':>9} {'PRODUCED':>8} {'RANGE':>15} {'READ':>6} {'OFFSETS SEEN':>14}  OK")
-    for p in report.partitions:
-        seen = f"{p.min_offset}..{p.max_offset}" if p.min_offset is not None else "-"
-        print(
-            f"{p.partition:>9} {p.produced:>8} {f'[{p.from_offset}, {p.until_offset})':>15} {p.read:>6} "
-            f"{seen:>14}  {'yes' if p.ok else 'NO'}"
-        )
-    print(
-        f"total produced {sum(p.produced for p in report.partitions)}, in parquet {report.in_parquet}, "
-        f"{report.seconds:.1f} s"
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    process.wait(timeout=60)
+
+
+def _audit(
+    env: _Env, defs: dg.Definitions, coordinator: Coordinator, instance: dg.DagsterInstance, produced: int
+) -> tuple[DemoSummary, str]:
+    """Count the sink and quarantine, compare with the ledger, Kafka and the materializations."""
+    import pyarrow.dataset as ds
+
+    from assets.audit import gather_audits
+    from assets.ops import describe_rows
+
+    kafka = defs.resources["kafka"]
+
+    def coordinates(root: Path) -> list[tuple[int, int]]:
+        if not root.exists():
+            return []
+        column = ds.dataset(str(root), format="parquet").to_table(columns=["kafka"]).column("kafka").combine_chunks()
+        return list(zip(column.field("partition").to_pylist(), column.field("offset").to_pylist(), strict=True))
+
+    pairs = coordinates(Path(env.sink))
+    bad = coordinates(Path(env.sink) / "_quarantine")
+    audits = gather_audits(
+        coordinator,
+        DEMO_GROUP,
+        DEMO_TOPIC,
+        PARTITIONS,
+        instance=instance,
+        asset_key=T.get_asset_key(DEMO_GROUP, DEMO_TOPIC),
+        kafka=kafka,
     )
-    print(
-        json.dumps(
-            {"ok": report.ok, "produced": sum(p.produced for p in report.partitions), "in_sink": report.in_parquet}
-        )
+    events = coordinator.group_events(DEMO_GROUP)
+    rebalances = sum(1 for _, e in events if e.kind is EventKind.GENERATION and not e.reason.startswith("empty"))
+    covered = set(pairs) | set(bad)
+    missing = sum(1 for a in audits for o in range(a.end_offset) if (a.tp.partition, o) not in covered)
+    summary = DemoSummary(
+        produced=produced,
+        in_sink=len(set(pairs)),
+        quarantined=len(set(bad)),
+        duplicates=len(pairs) - len(set(pairs)) + len(bad) - len(set(bad)) + len(set(pairs) & set(bad)),
+        gaps=missing + sum(1 for a in audits for p in a.problems if "gap" in p) + sum(a.gaps for a in audits),
+        rebalances=rebalances,
+        lag=sum(a.lag for a in audits),
     )
-    return 0 if report.ok else 1
+    lines = [
+        f"{'TOPIC':<12} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>5}  OWNER  GENERATION"
+    ]
+    for row in describe_rows(coordinator, DEMO_GROUP, kafka.end_offsets):
+        lines.append(
+            f"{row.topic:<12} {row.partition:>9} {row.current_offset!s:>14} {row.log_end_offset!s:>14} {row.lag!s:>5}  "
+            f"{row.owner or '-'}  {row.generation}"
+        )
+    lines.append("")
+    lines.append("audit: partition, ledger ranges, committed, Kafka committed, materializations agree")
+    for a in audits:
+        lines.append(
+            f"  {a.tp}: {a.ledger_ranges} range(s), committed {a.committed}, Kafka {a.kafka_committed}, "
+            f"lag {a.lag}, {'ok' if a.ok else '; '.join(a.problems)}"
+        )
+    return summary, "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", type=int, default=None, help="run one worker slot in this process")
+    parser.add_argument("--stall", type=float, default=0.0, help="worker: stall each task this many seconds")
+    parser.add_argument("--tags", default="{}", help="worker: run tags (JSON)")
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        return _worker_main(args.worker, args.stall, json.loads(args.tags))
+    started = time.monotonic()
+    summary, report = run_group_demo()
+    print(report)
+    _say(f"done in {time.monotonic() - started:.0f} s")
+    print(json.dumps({k: getattr(summary, k) for k in DemoSummary.__dataclass_fields__}))
+    return 0 if summary.ok else 1
 
 
 if __name__ == "__main__":

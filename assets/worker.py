@@ -83,13 +83,15 @@ def _register_partitions(
     config: CohortConfig,
     translator: DagsterCohortTranslator,
     tps: Sequence[TopicPartition],
+    counts: Mapping[str, int],
 ) -> None:
-    by_topic: dict[str, list[str]] = {}
-    for tp in sorted(tps):
-        by_topic.setdefault(tp.topic, []).append(str(tp.partition))
-    for topic, keys in by_topic.items():
+    """Make sure every partition of the assigned topics is a key of the topic's dynamic partition set,
+    added in numeric order so the UI lists them that way (the topic sensor normally did it already)."""
+    for topic in sorted({tp.topic for tp in tps}):
         name = translator.get_partitions_def_name(config.group, topic)
-        missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
+        highest = max([tp.partition for tp in tps if tp.topic == topic] + [counts.get(topic, 0) - 1])
+        existing = set(instance.get_dynamic_partitions(name))
+        missing = [str(p) for p in range(highest + 1) if str(p) not in existing]
         if missing:
             instance.add_dynamic_partitions(name, missing)
 
@@ -164,7 +166,8 @@ def run_worker(
             if not assignment:
                 result = None
                 break
-            _register_partitions(context.instance, config, translator, assignment)
+            counts = kafka.partition_counts({tp.topic for tp in assignment})
+            _register_partitions(context.instance, config, translator, assignment, counts)
             try:
                 with _progress_reporter(member, spark, member.heartbeat_interval):
                     result = runner(

@@ -1,0 +1,146 @@
+"""`make ui`: the embedded broker, a small producer and `dagster dev -w workspace.yaml` on 127.0.0.1.
+
+Everything lives under `.cohort/ui/` and starts fresh (the embedded broker keeps nothing, so committed
+offsets from an earlier session would point past its end). `dagster dev` is started through
+`env --default-signal=INT` so it can be interrupted even when this process was started in the
+background, and it is stopped with SIGTERM (then SIGKILL after a timeout) by whoever started it.
+
+Example:
+    $ make ui        # then open http://127.0.0.1:3000 and launch the worker job for slots 1..3
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from assets.definitions import DEMO_TOPIC
+from pipelines.kafka_client import create_topic, produce
+
+__all__ = ["PRODUCER_PARTITIONS", "serve_ui", "ui_environment"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCER_PARTITIONS = 6
+
+
+def ui_environment(bootstrap: str, root: Path) -> dict[str, str]:
+    """The environment `assets.definitions` and the Dagster instance read, for a session under `root`."""
+    return {
+        "COHORT_BOOTSTRAP_SERVERS": bootstrap,
+        "COHORT_STORE_URL": f"sqlite:///{root / 'cohort.db'}",
+        "COHORT_SINK": str(root / "lake"),
+        "DAGSTER_HOME": str(root / "dagster"),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def serve_ui(bootstrap: str, root: Path, *, port: int = 3000, startup_timeout_s: float = 180.0) -> Iterator[str]:
+    """Run `dagster dev` on 127.0.0.1:`port` for a session under `root`; yields its base URL."""
+    env = {**os.environ, **ui_environment(bootstrap, root)}
+    Path(env["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    dagster = str(Path(sys.executable).parent / "dagster")
+    command = [
+        "env",
+        "--default-signal=INT",
+        dagster,
+        "dev",
+        "-w",
+        "workspace.yaml",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
+    log = open(root / "dagster-dev.log", "wb")  # noqa: SIM115 - closed below, after the child
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not _ready(f"{base}/server_info"):
+            if process.poll() is not None:
+                raise RuntimeError(f"dagster dev exited with {process.returncode}; see {root / 'dagster-dev.log'}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"dagster dev did not answer within {startup_timeout_s:.0f} s")
+            time.sleep(1)
+        yield base
+    finally:
+        _stop(process)
+        log.close()
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM the dagster dev process group, SIGKILL it if it does not exit within 30 s."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def _produce_forever(config: dict[str, str], stop: threading.Event, interval_s: float = 2.0) -> None:
+    """A small producer: one JSON event per partition every `interval_s` until `stop`."""
+    sequence = 10_000
+    while not stop.wait(interval_s):
+        records = []
+        for partition in range(PRODUCER_PARTITIONS):
+            sequence += 1
+            value = f'{{"event_id": {sequence}, "user": "user-{sequence % 50}", "kind": "view", "amount": 1.5}}'
+            records.append((partition, None, value.encode()))
+        with contextlib.suppress(Exception):  # the broker is stopping: nothing to report
+            produce(config, DEMO_TOPIC, records, one_per_batch=True)
+
+
+def main() -> int:
+    """Start the broker, the producer and the UI; stop everything on Ctrl-C or SIGTERM."""
+    from resources.embedded_broker import EmbeddedBroker
+
+    root = ROOT / ".cohort" / "ui"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with EmbeddedBroker() as broker:
+        config = {"bootstrap.servers": broker.bootstrap_servers}
+        create_topic(config, DEMO_TOPIC, PRODUCER_PARTITIONS)
+        first = [(i % PRODUCER_PARTITIONS, None, f'{{"event_id": {i}, "kind": "view"}}'.encode()) for i in range(600)]
+        produce(config, DEMO_TOPIC, [*first, (0, None, b"{not json")])
+        producer = threading.Thread(target=_produce_forever, args=(config, stop), daemon=True)
+        producer.start()
+        port = int(os.environ.get("COHORT_UI_PORT", "3000"))
+        with serve_ui(broker.bootstrap_servers, root, port=port) as url:
+            print(f"Dagster UI on {url} (broker {broker.bootstrap_servers}, state in {root}); Ctrl-C to stop")
+            print(
+                "Launch the worker job 'cohort_worker__demo_ingest' with config {slot: 1..3}, or turn on its schedule."
+            )
+            while not stop.wait(1.0):
+                pass
+        producer.join(timeout=10)
+    print("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
