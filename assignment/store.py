@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -228,6 +229,8 @@ def create_store_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         kwargs.setdefault("pool_pre_ping", True)
         return sa.create_engine(parsed, **kwargs)
+    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # e.g. sqlite:///.cohort/cohort.db
     connect_args = dict(kwargs.pop("connect_args", {}))
     connect_args.setdefault("timeout", 30.0)
     connect_args.setdefault("check_same_thread", False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -53,8 +54,8 @@ def test_schema_is_created_idempotently_with_its_version(url: str) -> None:
     second.close()
 
 
-def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
-    engine = create_store_engine(sqlite_url)
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'new-dir' / 'cohort.db'}")  # the folder is created
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
