@@ -41,8 +41,7 @@ from assignment.errors import (
 )
 from assignment.group_state import GroupRecord, GroupState
 from assignment.messages import CommitRequest, Decision, LedgerEntry
-from assignment.protocol import check_member, start
-from assignment.rebalance import Context
+from assignment.rebalance import Context, check_member, start
 from assignment.types import OffsetRange, TopicPartition
 
 __all__ = ["OffsetLedger", "OffsetMirror", "decide_commit", "plan_ranges"]

@@ -15,7 +15,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from assignment.errors import InconsistentGroupProtocolError
+from assignment.errors import (
+    CoordinatorError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    UnknownMemberIdError,
+)
 from assignment.group_state import (
     EventKind,
     GroupConfig,
@@ -23,6 +29,8 @@ from assignment.group_state import (
     GroupState,
     MemberRecord,
     Outcome,
+    new_group,
+    static_member_id,
     transition,
 )
 from assignment.types import EAGER, Assignor
@@ -31,11 +39,13 @@ __all__ = [
     "Context",
     "advance",
     "candidate_assignors",
+    "check_member",
     "default_assignor_resolver",
     "elect_assignor",
     "maybe_complete_join",
     "prepare_rebalance",
     "remove_member",
+    "start",
 ]
 
 _S = GroupState
@@ -226,3 +236,30 @@ def advance(outcome: Outcome, ctx: Context) -> Outcome:
     if expired and outcome.group.state in (_S.STABLE, _S.COMPLETING_REBALANCE):
         outcome = prepare_rebalance(outcome, ctx, f"member {expired[0][0]} removed: {expired[0][1]}")
     return maybe_complete_join(outcome, ctx)
+
+
+def start(group: GroupRecord | None, name: str, ctx: Context) -> Outcome:
+    """The group (a new Empty one if absent) with the clock's due effects applied."""
+    return advance(Outcome(group if group is not None else new_group(name, ctx.now)), ctx)
+
+
+def check_member(
+    group: GroupRecord, member_id: str | None, instance_id: str | None, generation: int | None
+) -> MemberRecord | CoordinatorError:
+    """Kafka's request checks in order: fenced static instance, unknown member, wrong generation."""
+    if instance_id is not None:
+        holder = static_member_id(group, instance_id)
+        if holder is not None and holder != member_id:
+            return FencedInstanceIdError(
+                f"group {group.name!r}: instance {instance_id!r} is now held by member {holder}; "
+                f"member {member_id} was fenced"
+            )
+    member = group.members.get(member_id) if member_id is not None else None
+    if member is None:
+        return UnknownMemberIdError(f"group {group.name!r}: member {member_id} is not in the group")
+    if generation is not None and generation != group.generation:
+        return IllegalGenerationError(
+            f"group {group.name!r}: member {member_id} sent generation {generation}; "
+            f"the current generation is {group.generation}"
+        )
+    return member

@@ -13,21 +13,18 @@ record it wrote or read per group with its version, and reloads only when the ve
 (another process wrote). Records are immutable, so sharing them is safe.
 
 Example:
-    >>> store = SqlGroupStore.from_url("sqlite:///:memory:")  # doctest: +SKIP
+    >>> store = SqlGroupStore.from_url("sqlite:///.cohort/cohort.db")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from assignment.codec import (
@@ -42,6 +39,31 @@ from assignment.codec import (
 from assignment.errors import StaleGroupVersionError
 from assignment.group_state import GroupEvent, GroupRecord
 from assignment.messages import Decision, LedgerEntry
+from assignment.schema import (
+    BUMP_GROUP,
+    DELETE_MEMBER,
+    INSERT_EVENT,
+    INSERT_GROUP,
+    INSERT_HEAD,
+    INSERT_MEMBER,
+    INSERT_RANGE,
+    SCHEMA_VERSION,
+    SELECT_GROUP,
+    SELECT_GROUP_FOR_UPDATE,
+    SELECT_MEMBERS,
+    UPDATE_GROUP,
+    UPDATE_HEAD,
+    UPDATE_MEMBER,
+    UPDATE_MEMBER_ALL,
+    SchemaVersionError,
+    create_schema,
+    create_store_engine,
+    events,
+    groups,
+    heads,
+    members,
+    ranges,
+)
 from assignment.types import TopicPartition
 
 __all__ = [
@@ -51,148 +73,13 @@ __all__ = [
     "SchemaVersionError",
     "SqlGroupStore",
     "create_store_engine",
-    "metadata",
 ]
-
-SCHEMA_VERSION = 2
-"""Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
-1: first version; 2: member partition lists in their own column (`_migrate` upgrades in place)."""
 
 R = TypeVar("R")
 HeadReader = Callable[[Sequence[TopicPartition]], dict[TopicPartition, int | None]]
 """Reads committed offsets (None = never committed) inside the step's transaction."""
 
-metadata = sa.MetaData()
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-schema_version = sa.Table(
-    "cohort_schema_version",
-    metadata,
-    sa.Column("component", sa.String(64), primary_key=True),
-    sa.Column("version", sa.Integer, nullable=False),
-)
-groups = sa.Table(
-    "cohort_groups",
-    metadata,
-    sa.Column("name", sa.String(255), primary_key=True),
-    sa.Column("version", sa.BigInteger, nullable=False),
-    sa.Column("state", sa.String(32), nullable=False),
-    sa.Column("generation", sa.Integer, nullable=False),
-    sa.Column("data", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.Float, nullable=False),
-)
-members = sa.Table(
-    "cohort_group_members",
-    metadata,
-    sa.Column("group_name", sa.String(255), primary_key=True),
-    sa.Column("member_id", sa.String(255), primary_key=True),
-    sa.Column("data", sa.Text, nullable=False),
-    sa.Column("partitions", sa.Text, nullable=False),
-)
-heads = sa.Table(
-    "cohort_offsets",
-    metadata,
-    sa.Column("group_name", sa.String(255), primary_key=True),
-    sa.Column("topic", sa.String(255), primary_key=True),
-    sa.Column("partition", sa.Integer, primary_key=True),
-    sa.Column("next_offset", sa.BigInteger, nullable=False),
-    sa.Column("updated_at", sa.Float, nullable=False),
-)
-ranges = sa.Table(
-    "cohort_offset_ranges",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=True),
-    sa.Column("group_name", sa.String(255), nullable=False),
-    sa.Column("topic", sa.String(255), nullable=False),
-    sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("from_offset", sa.BigInteger, nullable=False),
-    sa.Column("until_offset", sa.BigInteger, nullable=False),
-    sa.Column("records", sa.BigInteger, nullable=False),
-    sa.Column("quarantined", sa.BigInteger, nullable=False),
-    sa.Column("gap_reason", sa.Text),
-    sa.Column("run_id", sa.String(255)),
-    sa.Column("member_id", sa.String(255)),
-    sa.Column("instance_id", sa.String(255)),
-    sa.Column("generation", sa.Integer, nullable=False),
-    sa.Column("committed_at", sa.Float, nullable=False),
-    sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
-)
-events = sa.Table(
-    "cohort_group_events",
-    metadata,
-    sa.Column("id", _ID, primary_key=True, autoincrement=True),
-    sa.Column("group_name", sa.String(255), nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
-    sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("state", sa.String(32), nullable=False),
-    sa.Column("previous_state", sa.String(32)),
-    sa.Column("generation", sa.Integer, nullable=False),
-    sa.Column("member_id", sa.String(255)),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Index("ix_cohort_group_events_group", "group_name", "id"),
-)
-
-# Statements are built once: building and cache-keying Core constructs per call costs more than SQLite.
-_SELECT_GROUP = sa.select(groups.c.version, groups.c.state, groups.c.generation, groups.c.data).where(
-    groups.c.name == sa.bindparam("g_name")
-)
-_SELECT_GROUP_FOR_UPDATE = _SELECT_GROUP.with_for_update()
-_INSERT_GROUP = sa.insert(groups).values(
-    name=sa.bindparam("g_name"),
-    version=sa.bindparam("g_new_version"),
-    state=sa.bindparam("g_state"),
-    generation=sa.bindparam("g_generation"),
-    data=sa.bindparam("g_data"),
-    updated_at=sa.bindparam("g_updated_at"),
-)
-_UPDATE_GROUP = (
-    sa.update(groups)
-    .where(groups.c.name == sa.bindparam("g_name"), groups.c.version == sa.bindparam("g_version"))
-    .values(
-        version=sa.bindparam("g_new_version"),
-        state=sa.bindparam("g_state"),
-        generation=sa.bindparam("g_generation"),
-        data=sa.bindparam("g_data"),
-        updated_at=sa.bindparam("g_updated_at"),
-    )
-)
-_BUMP_GROUP = (
-    sa.update(groups)
-    .where(groups.c.name == sa.bindparam("g_name"), groups.c.version == sa.bindparam("g_version"))
-    .values(version=sa.bindparam("g_new_version"), updated_at=sa.bindparam("g_updated_at"))
-)
-_MEMBER_KEY = sa.and_(members.c.group_name == sa.bindparam("g"), members.c.member_id == sa.bindparam("m"))
-_SELECT_MEMBERS = sa.select(members.c.member_id, members.c.data, members.c.partitions).where(
-    members.c.group_name == sa.bindparam("g")
-)
-_INSERT_MEMBER = sa.insert(members).values(
-    group_name=sa.bindparam("g"), member_id=sa.bindparam("m"), data=sa.bindparam("d"), partitions=sa.bindparam("p")
-)
-_UPDATE_MEMBER = sa.update(members).where(_MEMBER_KEY).values(data=sa.bindparam("d"))
-_UPDATE_MEMBER_ALL = sa.update(members).where(_MEMBER_KEY).values(data=sa.bindparam("d"), partitions=sa.bindparam("p"))
-_DELETE_MEMBER = sa.delete(members).where(_MEMBER_KEY)
-_HEAD_KEY = (
-    heads.c.group_name == sa.bindparam("g"),
-    heads.c.topic == sa.bindparam("t"),
-    heads.c.partition == sa.bindparam("p"),
-)
-_UPDATE_HEAD = sa.update(heads).where(*_HEAD_KEY).values(next_offset=sa.bindparam("n"), updated_at=sa.bindparam("at"))
-_INSERT_HEAD = sa.insert(heads).values(
-    group_name=sa.bindparam("g"),
-    topic=sa.bindparam("t"),
-    partition=sa.bindparam("p"),
-    next_offset=sa.bindparam("n"),
-    updated_at=sa.bindparam("at"),
-)
-_INSERT_RANGE = sa.insert(ranges)
-_INSERT_EVENT = sa.insert(events)
-
 _CHUNK = 500
-_SCHEMA_LOCK_KEY = 0x636F686F7274  # "cohort": the advisory lock that serialises schema creation on PostgreSQL
-
-
-class SchemaVersionError(RuntimeError):
-    """The database holds a newer coordinator schema than this code understands."""
 
 
 class GroupStore(Protocol):
@@ -215,85 +102,6 @@ class GroupStore(Protocol):
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
 
     def close(self) -> None: ...  # pragma: no cover - protocol
-
-
-def create_store_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
-    """An engine set up for the coordinator.
-
-    SQLite: WAL journal, a 30 s busy timeout, `synchronous=NORMAL`, and pysqlite's own transaction
-    handling replaced so that every write transaction starts with `BEGIN IMMEDIATE` (the file's write lock
-    is taken before the group is read, so two processes never interleave two steps). PostgreSQL
-    (`postgresql+psycopg://`): pre-ping; the group lock is `SELECT ... FOR UPDATE`.
-    """
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        kwargs.setdefault("pool_pre_ping", True)
-        return sa.create_engine(parsed, **kwargs)
-    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # e.g. sqlite:///.cohort/cohort.db
-    connect_args = dict(kwargs.pop("connect_args", {}))
-    connect_args.setdefault("timeout", 30.0)
-    connect_args.setdefault("check_same_thread", False)
-    engine = sa.create_engine(parsed, connect_args=connect_args, **kwargs)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_connection.cursor()
-        try:
-            if parsed.database and parsed.database != ":memory:":
-                cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        read_only = conn.get_execution_options().get("cohort_read_only", False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
-
-    return engine
-
-
-def create_schema(engine: Engine) -> None:
-    """Create the tables if missing and record the schema version; safe to run from many processes."""
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_SCHEMA_LOCK_KEY)))
-        metadata.create_all(conn, checkfirst=True)
-        found = conn.execute(
-            sa.select(schema_version.c.version).where(schema_version.c.component == "coordinator")
-        ).scalar()
-        if found is None:
-            conn.execute(sa.insert(schema_version).values(component="coordinator", version=SCHEMA_VERSION))
-        elif found > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"the store holds coordinator schema version {found}; this code supports up to {SCHEMA_VERSION}"
-            )
-        elif found < SCHEMA_VERSION:
-            _migrate(conn, found)
-            conn.execute(
-                sa.update(schema_version)
-                .where(schema_version.c.component == "coordinator")
-                .values(version=SCHEMA_VERSION)
-            )
-
-
-def _migrate(conn: Connection, found: int) -> None:
-    """Upgrade an older schema in place (inside the schema lock)."""
-    if found < 2:
-        # Version 1 kept a member's partition lists inside its `data` JSON; version 2 has a column for them.
-        conn.execute(sa.text("ALTER TABLE cohort_group_members ADD COLUMN partitions TEXT NOT NULL DEFAULT '{}'"))
-        rows = conn.execute(sa.select(members.c.group_name, members.c.member_id, members.c.data)).all()
-        for row in rows:
-            data = json.loads(row.data)
-            parts = {"as": data.pop("as", {}), "o": data.pop("o", {})}
-            conn.execute(
-                sa.update(members)
-                .where(members.c.group_name == row.group_name, members.c.member_id == row.member_id)
-                .values(data=json.dumps(data, separators=(",", ":"), sort_keys=True), partitions=json.dumps(parts))
-            )
 
 
 def _header_changed(old: GroupRecord, new: GroupRecord) -> bool:
@@ -368,7 +176,7 @@ class SqlGroupStore:
 
     def _transact_once(self, name: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
         with self.engine.begin() as conn:
-            query = _SELECT_GROUP_FOR_UPDATE if self._pg else _SELECT_GROUP
+            query = SELECT_GROUP_FOR_UPDATE if self._pg else SELECT_GROUP
             row = conn.execute(query, {"g_name": name}).first()
             version = 0 if row is None else int(row.version)
             current = None if row is None else self._decode(conn, name, row)
@@ -394,7 +202,7 @@ class SqlGroupStore:
             return cached[1]
         found = {
             r.member_id: decode_member(r.member_id, r.data, r.partitions)
-            for r in conn.execute(_SELECT_MEMBERS, {"g": name})
+            for r in conn.execute(SELECT_MEMBERS, {"g": name})
         }
         record = decode_group(name, row.state, row.generation, row.data, found)
         with self._lock:
@@ -426,16 +234,16 @@ class SqlGroupStore:
             "g_updated_at": time.time(),  # bookkeeping for operators; protocol time lives in the record
         }
         if old is not None and not _header_changed(old, new):
-            done = conn.execute(_BUMP_GROUP, values)  # only members changed: no need to re-encode the header
+            done = conn.execute(BUMP_GROUP, values)  # only members changed: no need to re-encode the header
         else:
             values.update(g_state=new.state.value, g_generation=new.generation, g_data=encode_group(new))
-            done = conn.execute(_INSERT_GROUP if old is None else _UPDATE_GROUP, values)
+            done = conn.execute(INSERT_GROUP if old is None else UPDATE_GROUP, values)
         if old is not None and done.rowcount != 1:
             raise StaleGroupVersionError(f"group {name!r} changed under the transaction (version {version})")
         self._persist_members(conn, name, old, new)
         self._persist_ledger(conn, name, decision, loaded)
         if decision.events:
-            conn.execute(_INSERT_EVENT, [event_row(name, e) for e in decision.events])
+            conn.execute(INSERT_EVENT, [event_row(name, e) for e in decision.events])
         return version + 1
 
     @staticmethod
@@ -447,7 +255,7 @@ class SqlGroupStore:
         changed = [(mid, m) for mid, m in after.items() if before.get(mid) is not m]
         removed = before.keys() - after.keys()
         if removed:
-            conn.execute(_DELETE_MEMBER, [{"g": name, "m": mid} for mid in removed])
+            conn.execute(DELETE_MEMBER, [{"g": name, "m": mid} for mid in removed])
         small, full, inserts = [], [], []
         for mid, m in changed:
             previous = before.get(mid)
@@ -458,11 +266,11 @@ class SqlGroupStore:
                 row["p"] = encode_member_partitions(m)
                 (full if previous is not None else inserts).append(row)
         if small:
-            conn.execute(_UPDATE_MEMBER, small)
+            conn.execute(UPDATE_MEMBER, small)
         if full:
-            conn.execute(_UPDATE_MEMBER_ALL, full)
+            conn.execute(UPDATE_MEMBER_ALL, full)
         if inserts:
-            conn.execute(_INSERT_MEMBER, inserts)
+            conn.execute(INSERT_MEMBER, inserts)
 
     @staticmethod
     def _persist_ledger(
@@ -476,11 +284,11 @@ class SqlGroupStore:
             row = {"g": name, "t": tp.topic, "p": tp.partition, "n": until, "at": at}
             (moved if loaded.get(tp) is not None else fresh).append(row)
         if moved:
-            conn.execute(_UPDATE_HEAD, moved)
+            conn.execute(UPDATE_HEAD, moved)
         if fresh:
-            conn.execute(_INSERT_HEAD, fresh)
+            conn.execute(INSERT_HEAD, fresh)
         conn.execute(
-            _INSERT_RANGE,
+            INSERT_RANGE,
             [
                 {
                     "group_name": name,
@@ -520,7 +328,7 @@ class SqlGroupStore:
     def load(self, group: str) -> GroupRecord | None:
         """The group as last committed, or None (no lock taken)."""
         with self._read() as conn:
-            row = conn.execute(_SELECT_GROUP, {"g_name": group}).first()
+            row = conn.execute(SELECT_GROUP, {"g_name": group}).first()
             return None if row is None else self._decode(conn, group, row)
 
     def group_names(self) -> list[str]:
