@@ -200,3 +200,29 @@ def test_a_version_1_store_is_migrated_in_place(url: str, clock: ManualClock) ->
     with SqlGroupStore.from_url(url).engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION
     coordinator.close()
+
+
+def test_racing_creations_of_one_group_all_succeed(url: str, clock: ManualClock) -> None:
+    """Several processes' first calls on a new group race to insert its row; the losers retry."""
+    stores = [SqlGroupStore.from_url(url) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def first_call(store: SqlGroupStore, index: int) -> None:
+        coordinator = Coordinator(store, clock=clock)
+        barrier.wait()
+        try:
+            coordinator.commit_offsets("born-racing", [OffsetRange("t", index, 0, 1, records=1)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_call, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    heads = Coordinator(stores[0], clock=clock).fetch_offsets("born-racing", [tp("t", i) for i in range(6)])
+    assert set(heads.values()) == {1}
+    for store in stores:
+        store.close()
