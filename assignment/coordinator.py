@@ -74,6 +74,11 @@ def _member_id(hint: str | None) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+def _check_instance(instance_id: str | None) -> None:
+    if instance_id is not None:
+        validate_instance_id(instance_id)
+
+
 class Coordinator:
     """Join, sync, heartbeat, leave, commit and fetch offsets, describe, list, delete, report metadata.
 
@@ -173,6 +178,7 @@ class Coordinator:
         Errors: REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
         INVALID_REQUEST (bad leader assignment).
         """
+        _check_instance(instance_id)
         return self._run(
             group, lambda g, _h, ctx: decide_sync(g, group, member_id, generation, instance_id, assignment, ctx)
         ).result()
@@ -191,12 +197,14 @@ class Coordinator:
         Raises REBALANCE_IN_PROGRESS when the member must rejoin, or UNKNOWN_MEMBER_ID /
         ILLEGAL_GENERATION / FENCED_INSTANCE_ID when it lost its membership.
         """
+        _check_instance(instance_id)
         return self._run(
             group, lambda g, _h, ctx: decide_heartbeat(g, group, member_id, generation, instance_id, progress, ctx)
         ).result()
 
     def leave(self, group: str, member_id: str, *, instance_id: str | None = None, reason: str = "leaving") -> None:
         """Leave the group now; the rebalance starts without waiting for the session timeout."""
+        _check_instance(instance_id)
         self._run(group, lambda g, _h, ctx: decide_leave(g, group, member_id, instance_id, reason, ctx)).result()
 
     def evict_member(self, group: str, member_id: str, reason: str) -> None:
@@ -240,6 +248,7 @@ class Coordinator:
         REBALANCE_IN_PROGRESS (CompletingRebalance), PARTITION_NOT_OWNED, NON_CONTIGUOUS_RANGE,
         INVALID_OFFSET_RANGE.
         """
+        _check_instance(instance_id)
         for r in ranges:
             validate_topic_name(r.topic)
         request = CommitRequest(tuple(ranges), member_id, generation, instance_id, run_id)
@@ -253,11 +262,13 @@ class Coordinator:
     def fetch_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The next offset to read per partition (None where nothing was committed)."""
         validate_group_name(group)
-        return self.store.committed(group, [TopicPartition(tp[0], tp[1]) for tp in partitions])
+        wanted = [TopicPartition(validate_topic_name(tp[0]), tp[1]) for tp in partitions]
+        return self.store.committed(group, wanted)
 
     def ledger_history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
         """Every committed range of one partition, oldest first, with run id, member, generation, counts, time."""
         validate_group_name(group)
+        validate_topic_name(topic)
         return self.store.history(group, topic, partition)
 
     def standalone_ledger(self, group: str, *, run_id: str | None = None) -> StandaloneLedger:

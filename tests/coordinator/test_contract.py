@@ -236,6 +236,10 @@ def test_names_are_validated_on_entry(coordinator: Coordinator) -> None:
         coordinator.join("g", JoinRequest(topics=["t"], instance_id="g/../x"))
     with pytest.raises(InvalidNameError):
         coordinator.commit_offsets("g", [OffsetRange("t/x", 0, 0, 1)])
+    with pytest.raises(InvalidNameError):
+        coordinator.fetch_offsets("g", [tp("..", 0)])
+    with pytest.raises(InvalidNameError):
+        coordinator.heartbeat("g", "m", 1, instance_id="w/ok/../x")
 
 
 # ----------------------------------------------------------------------------------- delete, describe
