@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the tests need: the PostgreSQL server (initdb/pg_ctl) and Java for Spark.
+# Debian packages the tests need: the PostgreSQL server (initdb/pg_ctl), Java for Spark, Chromium for the UI test.
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
 		echo "installing Debian's postgresql"; \
@@ -25,6 +25,10 @@ system-deps:
 	@if ! command -v java >/dev/null; then \
 		echo "installing a Java runtime for Spark"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	fi
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "installing Debian's chromium for the Dagster UI test"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
 demo: $(STAMP)
