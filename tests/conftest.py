@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,14 +90,20 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """A real PostgreSQL server (Debian package, initdb/pg_ctl) on a free loopback port."""
-    server = PostgresServer(tmp_path_factory.mktemp("pg"))
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server (Debian package, initdb/pg_ctl) on a free loopback port.
+
+    Its directory is private to this session (not under pytest's shared basetemp, whose retention clean-up
+    in a concurrent pytest run could delete a live data directory).
+    """
+    root = Path(tempfile.mkdtemp(prefix="cohort-pg-"))
+    server = PostgresServer(root)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
