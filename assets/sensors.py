@@ -11,7 +11,9 @@ match), add the new partitions to the topics' dynamic partition sets, report the
 coordinator (which starts a rebalance) and request one run per worker slot.
 
 Both read time through an injected `Clock` (tests advance a `ManualClock`; nothing sleeps) and stop early
-when their time budget is spent, resuming at the next tick.
+when their time budget is spent, resuming at the next tick. They use the group resources built from the
+configs once, not Dagster-initialized ones: a tick then initializes no resource (only the topic sensor's
+Kafka resource, which may hold secrets) and reuses the process's coordinator and store caches.
 """
 
 import hashlib
@@ -127,17 +129,16 @@ def build_membership_sensor(
         >>> sensor = build_membership_sensor([config], [worker_job])  # doctest: +SKIP
     """
     translator = translator or DagsterCohortTranslator()
-    keys = {c.resource_key for c in configs}
+    groups_by_name = {c.group: c.group_resource() for c in configs}
 
     @dg.sensor(
         name=name,
         jobs=list(jobs),
         minimum_interval_seconds=minimum_interval_seconds,
-        required_resource_keys=keys,
         default_status=default_status,
         description="Evicts members whose session, progress deadline or run ended; reruns their slots.",
     )
-    def membership_sensor(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
+    def membership_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         started = time.monotonic()
         cursor = MembershipCursor.from_json(context.cursor)
         groups = dict(cursor.groups)
@@ -151,7 +152,7 @@ def build_membership_sensor(
                 next_group = position  # resume here next tick
                 break
             config = order[position]
-            group: CohortGroupResource = resources[config.resource_key]
+            group = groups_by_name[config.group]
             seen = groups.get(config.group, GroupCursor())
             groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
             requests += made
@@ -187,13 +188,13 @@ def build_topic_sensor(
         >>> sensor = build_topic_sensor([config], [worker_job])  # doctest: +SKIP
     """
     translator = translator or DagsterCohortTranslator()
-    keys = {c.resource_key for c in configs} | {"kafka"}
+    groups_by_name = {c.group: c.group_resource() for c in configs}
 
     @dg.sensor(
         name=name,
         jobs=list(jobs),
         minimum_interval_seconds=minimum_interval_seconds,
-        required_resource_keys=keys,
+        required_resource_keys={"kafka"},
         default_status=default_status,
         description="Adds partitions of grown or new subscribed topics, rebalances, requests runs.",
     )
@@ -219,7 +220,7 @@ def build_topic_sensor(
                 missing = _missing_keys(context.instance, name_, count)
                 if missing:
                     additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
-            group: CohortGroupResource = resources[config.resource_key]
+            group = groups_by_name[config.group]
             report = everything if config.topic_pattern else now
             rebalanced = group.get_coordinator(clock).report_topic_metadata(config.group, report)
             seen[config.group] = now

@@ -16,12 +16,13 @@ Example:
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from assignment import get_assignor, validate_group_name, validate_topic_name
 from assignment.clock import Clock, SystemClock
@@ -31,6 +32,10 @@ from assignment.member import GroupMember
 from assignment.messages import DEFAULT_ASSIGNORS
 
 __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
+
+_SYSTEM_CLOCK = SystemClock()
+_CACHE_LOCK = threading.Lock()
+_COORDINATORS: dict[tuple[str, GroupConfig, int], Coordinator] = {}
 
 DEFAULT_STORE_URL = "sqlite:///.cohort/cohort.db"
 """A SQLite file under the working directory; use PostgreSQL when workers run on several hosts."""
@@ -70,8 +75,6 @@ class CohortGroupResource(dg.ConfigurableResource):
         default=True, description="A finished worker leaves the group (False: keep its static membership)."
     )
     store_url: str = Field(default=DEFAULT_STORE_URL, description="SQLAlchemy URL of the coordinator's store.")
-
-    _coordinators: dict[int, Coordinator] = PrivateAttr(default_factory=dict)
 
     @field_validator("group")
     @classmethod
@@ -156,20 +159,24 @@ class CohortGroupResource(dg.ConfigurableResource):
         return GroupConfig(initial_rebalance_delay=self.initial_rebalance_delay_s)
 
     def get_coordinator(self, clock: Clock | None = None) -> Coordinator:
-        """The coordinator client on `store_url`, cached per clock (SystemClock by default).
+        """The coordinator client on `store_url` for `clock` (SystemClock by default).
 
+        Cached per process (store URL, group settings, clock): Dagster builds resources anew for every
+        run and sensor tick, and a store keeps its engine and its cache of group records between calls.
         A SQLite file's parent directory is created when missing.
         """
-        clock = clock if clock is not None else SystemClock()
-        key = id(clock) if not isinstance(clock, SystemClock) else 0
-        coordinator = self._coordinators.get(key)
-        if coordinator is None:
+        clock = clock if clock is not None else _SYSTEM_CLOCK
+        key = (self.store_url, self.group_config(), id(clock))
+        with _CACHE_LOCK:
+            cached = _COORDINATORS.get(key)
+            if cached is not None and cached.clock is clock:
+                return cached
             url = sa.make_url(self.store_url)
             if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             coordinator = Coordinator.from_url(self.store_url, clock=clock, config=self.group_config())
-            self._coordinators[key] = coordinator
-        return coordinator
+            _COORDINATORS[key] = coordinator
+            return coordinator
 
     def member(
         self,
@@ -198,7 +205,7 @@ class CohortGroupResource(dg.ConfigurableResource):
         )
 
     def close(self) -> None:
-        """Release the coordinators' store connections."""
-        for coordinator in self._coordinators.values():
-            coordinator.close()
-        self._coordinators.clear()
+        """Close and forget this process's coordinators on `store_url` (tests, shutdown)."""
+        with _CACHE_LOCK:
+            for key in [k for k in _COORDINATORS if k[0] == self.store_url]:
+                _COORDINATORS.pop(key).close()
