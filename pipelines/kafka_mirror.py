@@ -1,8 +1,10 @@
 """Mirroring ledger commits to Kafka's committed offsets, so Kafka tooling sees the group's progress.
 
-`KafkaOffsetMirror` implements `assignment.ledger.OffsetMirror` with confluent-kafka: a consumer that
-never subscribes (so it never joins Kafka's group) commits each partition's `until` offset under the
-group id, with the run id as the commit metadata. Kafka accepts such a standalone commit while its own
+`KafkaOffsetMirror` implements `assignment.ledger.OffsetMirror` with confluent-kafka's admin API
+(AlterConsumerGroupOffsets, an OffsetCommit that never joins Kafka's group): it commits each partition's
+`until` offset under the group id, with the run id as the commit metadata. Each attempt is bounded by
+`timeout_s` (a plain consumer's synchronous commit can wait for a coordinator for the whole session
+timeout). Kafka accepts such a standalone commit while its own
 view of the group is Empty, which it always is for Cohort's groups (members live in Cohort's store). A
 failed commit is retried with exponential backoff; if it still fails, `mirror` raises MirrorError and the
 caller reports it: the ledger's commit is the source of truth and is never undone by a mirror failure.
@@ -17,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from assignment.names import validate_group_name
@@ -67,23 +70,17 @@ class KafkaOffsetMirror:
         self.max_backoff_s = max_backoff_s
         self.timeout_s = timeout_s
 
-    def _consumer(self, group: str) -> Consumer:
-        return Consumer(
-            {
-                **self.config,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "socket.timeout.ms": int(self.timeout_s * 1000),
-            }
-        )
-
     def _commit_once(self, group: str, offsets: list[KafkaTopicPartition]) -> None:
-        consumer = self._consumer(group)
+        admin = AdminClient({**self.config, "socket.timeout.ms": int(self.timeout_s * 1000)})
+        request = [ConsumerGroupTopicPartitions(group, offsets)]
         try:
-            answers = consumer.commit(offsets=offsets, asynchronous=False)
-        finally:
-            consumer.close()
-        failed = [f"{a.topic}-{a.partition}: {a.error}" for a in answers or () if a.error is not None]
+            future = admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group]
+            answer = future.result(timeout=self.timeout_s + 1.0)
+        except KafkaException:
+            raise
+        except Exception as exc:  # a timeout of the future or a transport failure surfaced as another type
+            raise KafkaException(f"committing offsets of group {group!r}: {type(exc).__name__}: {exc}") from exc
+        failed = [f"{a.topic}-{a.partition}: {a.error}" for a in answer.topic_partitions if a.error is not None]
         if failed:
             raise KafkaException(f"Kafka refused offsets of group {group!r}: {'; '.join(failed)}")
 
@@ -117,13 +114,10 @@ def kafka_committed(
 ) -> dict[TopicPartition, tuple[int | None, str | None]]:
     """Kafka's committed (offset, metadata) per partition for `group`; offset None when nothing is committed."""
     validate_group_name(group)
-    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
-    try:
-        answers = consumer.committed(
-            [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=timeout_s
-        )
-    finally:
-        consumer.close()
+    request = [ConsumerGroupTopicPartitions(group, [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions])]
+    admin = AdminClient(dict(config))  # keep the handle alive until the future resolves
+    answer = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result(timeout=timeout_s + 1)
     return {
-        TopicPartition(a.topic, a.partition): (a.offset if a.offset >= 0 else None, a.metadata or None) for a in answers
+        TopicPartition(a.topic, a.partition): (a.offset if a.offset >= 0 else None, a.metadata or None)
+        for a in answer.topic_partitions
     }

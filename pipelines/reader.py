@@ -136,11 +136,11 @@ def read_range(
 
     Stops once the next offset reaches `until_offset` (or end-of-partition lies at or beyond it). Fails
     with ReadError when no record arrives for `read_timeout_s` (the range was planned from offsets the
-    broker reported, so silence means the broker is unreachable or the log shrank), when a retriable
-    error persists past `max_retries` consecutive attempts, or at once on a fatal error such as an
-    offset that retention has deleted.
+    broker reported, so silence means the broker is unreachable or the log shrank), when transient
+    errors persist past `max_retries` consecutive attempts (with exponential backoff), or at once on a
+    fatal error such as an offset that retention has deleted.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+    from confluent_kafka import Consumer, KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     if span.from_offset >= span.until_offset:
@@ -155,49 +155,59 @@ def read_range(
         while next_offset < span.until_offset:
             try:
                 messages = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
+                good, transient, past_end = _triage(messages, span, next_offset)
             except KafkaException as exc:
-                retries += 1
-                if retries > max_retries or not exc.args[0].retriable():
+                good, transient, past_end = [], exc.args[0], False
+                if exc.args[0].fatal():
                     raise ReadError(f"reading {where} at offset {next_offset}: {exc}") from exc
-                time.sleep(min(0.1 * 2**retries, 2.0))
-                continue
-            good = messages
-            if any(map(Message.error, messages)):
-                good = []
-                for message in messages:
-                    error = message.error()
-                    if error is None:
-                        good.append(message)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        if message.offset() >= span.until_offset:
-                            next_offset = span.until_offset  # the rest of the span is holes
-                    elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                        raise ReadError(
-                            f"{where}: offset {next_offset} is out of range: the records of "
-                            f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"
-                        )
-                    elif error.retriable() and retries < max_retries:
-                        retries += 1
-                    else:
-                        raise ReadError(f"reading {where} at offset {next_offset}: {error.str()}")
+            if transient is not None and not good:
+                retries += 1
+                if retries > max_retries:
+                    raise ReadError(f"reading {where} at offset {next_offset}: {transient} ({max_retries} retries)")
+                time.sleep(min(0.05 * 2**retries, 2.0))
             if good:
                 retries = 0
                 last_progress = time.monotonic()
-                finished = good[-1].offset() >= span.until_offset
-                if finished:  # holes can put a message at or past the bound, which proves the span is done
-                    good = good[: bisect_left([m.offset() for m in good], span.until_offset)]
-                if good:
-                    next_offset = good[-1].offset() + 1
-                    yield _to_batch(span, good)
-                if finished:
-                    next_offset = span.until_offset
-            elif next_offset < span.until_offset and time.monotonic() - last_progress > read_timeout_s:
+                next_offset = good[-1].offset() + 1
+                yield _to_batch(span, good)
+            if past_end:
+                return  # a message or end-of-partition at or past `until`: the rest of the span is holes
+            if not good and time.monotonic() - last_progress > read_timeout_s:
                 raise ReadError(
                     f"no data from {where} at offset {next_offset} (reading until {span.until_offset}) for "
                     f"{read_timeout_s:.0f} s: the broker is unreachable or the partition's log shrank"
                 )
     finally:
         consumer.close()
+
+
+def _triage(messages: list[Any], span: OffsetSpan, next_offset: int) -> tuple[list[Any], Any, bool]:
+    """Split a consume() result into (records inside the span, a transient error or None, whether the
+    span is proven complete); raise ReadError for errors that retrying cannot fix."""
+    from confluent_kafka import KafkaError, Message
+
+    good, transient, past_end = messages, None, False
+    if any(map(Message.error, messages)):
+        good = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                good.append(message)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                past_end = past_end or message.offset() >= span.until_offset
+            elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                raise ReadError(
+                    f"{span.topic}-{span.partition}: offset {next_offset} is out of range: the records of "
+                    f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"
+                )
+            elif error.fatal():
+                raise ReadError(f"reading {span.topic}-{span.partition} at offset {next_offset}: {error.str()}")
+            else:
+                transient = error
+    if good and good[-1].offset() >= span.until_offset:
+        good = good[: bisect_left(list(map(Message.offset, good)), span.until_offset)]
+        past_end = True
+    return good, transient, past_end
 
 
 class _SecondsParam(AccumulatorParam):  # type: ignore[type-arg]
