@@ -70,7 +70,7 @@ def demo_config(
         transform=_stall(stall_s) if stall_s else None,
     )
     settings = {
-        "initial_rebalance_delay_s": 5.0,
+        "initial_rebalance_delay_s": 8.0,
         "session_timeout_s": 10.0,
         "rebalance_timeout_s": 60.0,
         "progress_timeout_s": 300.0,

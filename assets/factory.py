@@ -66,7 +66,7 @@ def build_worker_schedule(
         description=f"One batch of group {config.group!r}: a run per worker slot.",
     )
     def worker_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
-        when = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "now"
+        when = context.scheduled_execution_time.isoformat()
         return [
             dg.RunRequest(
                 run_key=f"{config.group}:slot-{slot}:scheduled-{when}",

@@ -33,7 +33,7 @@ def test_killed_slot_is_rerun_from_committed_offsets(
 ):
     topic = topic_factory(4, suffix="shared")
     produce_records(topic, json_records(80, 4, malformed={5, 6}))
-    setup = make_setup((topic,), slots=2)
+    setup = make_setup((topic,), slots=2, settings={"initial_rebalance_delay_s": 10.0})
     config = config_for(setup)
     coordinator = Coordinator.from_url(setup.store_url)
 

@@ -1,0 +1,119 @@
+"""Pure pieces of the Dagster layer: the offset audit, cursors, the translator, the schedule, the time budget."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import pytest
+
+from assets.audit import audit_partition
+from assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from assets.factory import build_cohort_definitions, cohort_assets
+from assets.translator import CohortConfig, DagsterCohortTranslator
+from assignment import TopicPartition
+from assignment.clock import ManualClock
+from assignment.messages import JoinRequest
+from resources import KafkaResource
+
+TP = TopicPartition("orders", 3)
+
+
+def test_audit_accepts_a_contiguous_history_with_a_recorded_gap():
+    audit = audit_partition(
+        TP,
+        [(0, 10, None), (10, 12, "retention"), (12, 20, None), (20, 20, None)],
+        {(0, 10), (12, 20), (20, 20)},
+        kafka_committed=20,
+        end_offset=26,
+    )
+    assert audit.ok and audit.gaps == 1 and audit.lag == 6 and audit.committed == 20
+
+
+@pytest.mark.parametrize(
+    "ledger, shown, kafka, problem",
+    [
+        ([(0, 10, None), (12, 20, None)], {(0, 10), (12, 20)}, 20, "ledger gap between offset 10 and range [12, 20)"),
+        ([(0, 10, None), (8, 20, None)], {(0, 10), (8, 20)}, 20, "ledger overlap between offset 10 and range [8, 20)"),
+        ([(0, 10, None), (10, 20, None)], {(0, 10)}, 20, "ledger range [10, 20) has no materialization"),
+        ([(0, 10, None)], {(0, 10), (10, 15)}, 10, "materialization [10, 15) is not in the ledger"),
+        ([(0, 10, None)], {(0, 10)}, 7, "ledger committed offset 10 but Kafka's committed offset is 7"),
+        ([], set(), 5, "ledger committed offset None but Kafka's committed offset is 5"),
+    ],
+)
+def test_audit_names_each_disagreement(ledger, shown, kafka, problem):
+    audit = audit_partition(TP, ledger, shown, kafka_committed=kafka, end_offset=20)
+    assert not audit.ok
+    assert f"orders-3: {problem}" in audit.problems
+
+
+def test_audit_lag_without_commits_counts_from_the_first_available_offset():
+    assert audit_partition(TP, [], set(), kafka_committed=None, end_offset=50, low_offset=30).lag == 20
+
+
+def test_cursors_round_trip_and_start_empty():
+    cursor = MembershipCursor({"g": GroupCursor(9, {"m-1": (2, "run"), "m-2": (None, None)})}, next_group=1)
+    assert MembershipCursor.from_json(cursor.to_json()) == cursor
+    assert MembershipCursor.from_json(None) == MembershipCursor()
+    topics = TopicCursor({"g": {"a": 3, "b": 1}})
+    assert TopicCursor.from_json(topics.to_json()) == topics
+
+
+def test_config_validates_and_translator_can_be_overridden(sqlite_url):
+    with pytest.raises(ValueError, match="subscribes to nothing"):
+        CohortConfig(group="g")
+    with pytest.raises(TypeError, match="not a string"):
+        CohortConfig(group="g", topics="orders")
+    with pytest.raises(ValueError, match="illegal characters"):
+        CohortConfig(group="g", topics=("bad topic",))
+
+    class Flat(DagsterCohortTranslator):
+        def get_asset_key(self, group: str, topic: str) -> dg.AssetKey:
+            return dg.AssetKey(["lake", topic.replace(".", "_")])
+
+    config = CohortConfig(
+        group="g", topics=("a.b",), topic_pattern=r"c\..*", known_topics=("c.x", "d.y"), store_url=sqlite_url
+    )
+    parts = cohort_assets(config, translator=Flat())
+    assert [s.key for s in parts.assets] == [dg.AssetKey(["lake", "a_b"]), dg.AssetKey(["lake", "c_x"])]
+    assert parts.assets[0].partitions_def.name == "cohort__g__a.b"
+    assert parts.assets[0].metadata["cohort/topic"] == "a.b"
+    assert {c.name for spec in parts.checks for c in spec.check_specs} == {"offsets_contiguous", "lag_under_threshold"}
+
+
+def test_schedule_launches_one_run_per_slot(sqlite_url):
+    config = CohortConfig(group="orders-ingest", topics=("orders",), worker_slots=3, store_url=sqlite_url)
+    schedule = cohort_assets(config).schedule
+    assert schedule is not None and schedule.default_status is dg.DefaultScheduleStatus.STOPPED
+    with dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 21, 12, 0, tzinfo=UTC)) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert [r.tags["cohort/slot"] for r in requests] == ["1", "2", "3"]
+    assert requests[0].run_key == "orders-ingest:slot-1:scheduled-2026-11-21T12:00:00+00:00"
+    assert len({r.run_key for r in requests}) == 3
+    assert requests[1].run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": 2}}}}
+
+
+def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kafka_config):
+    from assets.sensors import build_membership_sensor
+
+    clock = ManualClock(1000.0)
+    settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 10.0}
+    configs = [
+        CohortConfig(group=f"b{i}", topics=("orders",), store_url=sqlite_url, group_settings=settings) for i in range(3)
+    ]
+    defs = build_cohort_definitions(configs, kafka=KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"]))
+    jobs = [defs.resolve_job_def(DagsterCohortTranslator().get_job_name(c.group)) for c in configs]
+    sensor = build_membership_sensor(configs, jobs, clock=clock, time_budget_s=0.0)
+    coordinator = configs[0].group_resource().get_coordinator(clock)
+    for config in configs:
+        coordinator.report_topic_metadata(config.group, {"orders": 2})
+        request = JoinRequest(instance_id=f"{config.group}/worker-1", topics=["orders"], session_timeout=10)
+        joined = coordinator.join(config.group, request)
+        coordinator.sync(config.group, joined.member_id, joined.generation)
+    clock.advance(11)
+    seen, cursor = [], None
+    with dg.instance_for_test() as instance:
+        for _ in range(3):  # a zero budget handles one group per tick, in turn
+            with dg.build_sensor_context(instance=instance, cursor=cursor) as context:
+                result = sensor(context)
+            cursor = result.cursor
+            seen += [r.tags["cohort/group"] for r in result.run_requests]
+    assert seen == ["b0", "b1", "b2"]
