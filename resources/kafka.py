@@ -198,6 +198,7 @@ class KafkaResource(dg.ConfigurableResource):
         if self._producer is not None:
             self._producer.flush(self.request_timeout_s)
             self._producer = None
+        self._admin = None  # the process keeps the shared client; this resource instance lets go
 
     # --------------------------------------------------------------------------------------- metadata
 
