@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +182,9 @@ def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
             _say("launched worker runs for slots 1, 2, 3 (slot 3 will stall mid-batch)")
             try:
                 _wait(lambda: _slot_assigned(coordinator, 3), 180, "slot 3 to get its partitions")
-                generation = coordinator.describe_group(DEMO_GROUP).generation
-                _say(f"group {DEMO_GROUP} is Stable in generation {generation}: partitions split over three slots")
+                described = coordinator.describe_group(DEMO_GROUP)
+                split = ", ".join(f"{m.instance_id}: {[tp.partition for tp in m.assigned]}" for m in described.members)
+                _say(f"group {DEMO_GROUP}, generation {described.generation}, {described.assignor}: {split}")
                 for slot in (1, 2):
                     workers[slot].wait(timeout=600)
                     _say(f"slot {slot} finished (exit {workers[slot].returncode})")
@@ -280,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall", type=float, default=0.0, help="worker: stall each task this many seconds")
     parser.add_argument("--tags", default="{}", help="worker: run tags (JSON)")
     args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)  # Dagster's own beta notes, not the demo's
     if args.worker is not None:
         return _worker_main(args.worker, args.stall, json.loads(args.tags))
     started = time.monotonic()

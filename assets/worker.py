@@ -28,6 +28,7 @@ from assignment.errors import (
     PartitionNotOwnedError,
     RebalanceInProgressError,
 )
+from assignment.ledger import OffsetLedger
 from assignment.member import GroupMember
 from assignment.types import TopicPartition
 from resources.group import CohortGroupResource
@@ -94,6 +95,18 @@ def _register_partitions(
         missing = [str(p) for p in range(highest + 1) if str(p) not in existing]
         if missing:
             instance.add_dynamic_partitions(name, missing)
+
+
+def _new_partitions(
+    member: OffsetLedger, assignment: Sequence[TopicPartition], counts: Mapping[str, int]
+) -> list[TopicPartition]:
+    """Assigned partitions that never had a commit while other partitions of their topic did: partitions
+    added to the topic after the group started on it. They start at earliest whatever the reset policy
+    (SPEC section 5), so records produced before this first batch are not skipped."""
+    every = [TopicPartition(t, p) for t in sorted({tp.topic for tp in assignment}) for p in range(counts.get(t, 0))]
+    committed = member.committed_offsets(every) if every else {}
+    started = {tp.topic for tp, offset in committed.items() if offset is not None}
+    return [tp for tp in assignment if tp.topic in started and committed.get(tp) is None]
 
 
 def _spark_fingerprint(session: Any) -> tuple[int, int] | None:
@@ -179,6 +192,7 @@ def run_worker(
                         mirror=kafka.get_mirror(),
                         run_id=context.run_id,
                         group=config.group,
+                        new_partitions=_new_partitions(member, assignment, counts),
                     )
             except _REBALANCED as exc:
                 if attempts >= MAX_ATTEMPTS:

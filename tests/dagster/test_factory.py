@@ -117,3 +117,17 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
             cursor = result.cursor
             seen += [r.tags["cohort/group"] for r in result.run_requests]
     assert seen == ["b0", "b1", "b2"]
+
+
+def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
+    from assets.worker import _new_partitions
+    from assignment import OffsetRange
+    from assignment.coordinator import Coordinator
+
+    coordinator = Coordinator.from_url(sqlite_url)
+    ledger = coordinator.standalone_ledger("grower")
+    ledger.commit([OffsetRange("orders", 0, 0, 5, records=5)])
+    assigned = [TopicPartition("orders", 0), TopicPartition("orders", 2), TopicPartition("fresh", 0)]
+    # orders-2 appeared after orders-0 was consumed; 'fresh' never had a commit: the reset policy decides there
+    assert _new_partitions(ledger, assigned, {"orders": 3, "fresh": 1}) == [TopicPartition("orders", 2)]
+    coordinator.close()
