@@ -104,13 +104,14 @@ def verify(url: str, results: Sequence[ProcessResult]) -> dict[str, Any]:
         generations_synced = _ownership(results)
         generations = _events(coordinator, results)
         final = coordinator.describe_group(GROUP)
-        assert final.state is GroupState.EMPTY and not final.members, f"every run left: {final.state}"
+        stayed = [(m.client_id, m.member_id, m.generation, m.awaiting_join) for m in final.members]
+        assert final.state is GroupState.EMPTY and not final.members, f"every run left, yet {final.state}: {stayed}"
     finally:
         coordinator.close()
     # Every accepted call wrote (a session deadline at least) and bumped the version once; refused calls
     # bump it at most once; the setup's metadata report once. Fewer bumps than accepted writes = lost update.
     writes = sum(sum(r.accepted.values()) for r in results)
-    calls = sum(r.calls + r.accepted.get("final_leave", 0) for r in results)
+    calls = sum(r.calls + r.final_calls for r in results)
     version = _version(url)
     assert writes + 1 <= version <= calls + 1, f"group version {version} outside [{writes + 1}, {calls + 1}]"
     seconds = max(r.seconds for r in results)

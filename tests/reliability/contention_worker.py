@@ -42,6 +42,7 @@ class ProcessResult:
     Attributes:
         tag: the process's run id (on every ledger row it committed).
         calls: coordinator calls made (== the step budget), each at most one group-version bump.
+        final_calls: calls made after the budget (the run's final leave).
         accepted: accepted calls by kind ("join", "sync", "heartbeat", "commit", "leave").
         refused: refused calls by error code.
         commits: accepted ranges (topic, partition, from, until, member id, generation).
@@ -53,6 +54,7 @@ class ProcessResult:
 
     tag: str
     calls: int
+    final_calls: int = 0
     accepted: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
     commits: tuple[tuple[str, int, int, int, str, int], ...] = ()
@@ -137,13 +139,23 @@ def run_process(url: str, index: int, steps: int, barrier: Any | None = None) ->
                 owned = tuple((tp.topic, tp.partition) for tp in member.owned)
                 syncs.append((member.generation, member.member_id, owned))
     seconds = time.perf_counter() - started
-    if member.member_id is not None and member.member_id in admitted and member.leave() == "left":
-        left.append(member.member_id)  # the run ends cleanly (not a counted step, but a counted leave)
-        accepted["final_leave"] += 1
+    final_calls = 0
+    if member.member_id is not None:
+        # The run ends cleanly (a call beyond the step budget): a member leaves; a member id handed out by
+        # MEMBER_ID_REQUIRED but not used yet is given back, else it would hold the join phase open.
+        final_calls, kind = 1, "final_leave" if member.member_id in admitted else "final_release"
+        outcome = member.leave()
+        if outcome != "left":
+            refused[f"{kind}_{outcome}"] += 1
+        else:
+            accepted[kind] += 1
+            if kind == "final_leave":
+                left.append(member.member_id)
     coordinator.close()
     return ProcessResult(
         tag=tag,
         calls=calls,
+        final_calls=final_calls,
         accepted=dict(accepted),
         refused=dict(refused),
         commits=tuple(commits),
