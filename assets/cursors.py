@@ -21,11 +21,13 @@ class GroupCursor:
 
     `last_event` is the id of the last group event handled; `members` maps the member ids seen alive to
     (worker slot or None, Dagster run id or None), so a member removed between two ticks can still be
-    traced to its slot and run.
+    traced to its slot and run; `runs_scanned_until` is the wall-clock time up to which failed and
+    canceled worker runs were looked at (0: never).
     """
 
     last_event: int = 0
     members: Mapping[str, tuple[int | None, str | None]] = field(default_factory=dict)
+    runs_scanned_until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,11 @@ class MembershipCursor:
         return json.dumps(
             {
                 "groups": {
-                    name: {"last_event": g.last_event, "members": {m: list(v) for m, v in g.members.items()}}
+                    name: {
+                        "last_event": g.last_event,
+                        "members": {m: list(v) for m, v in g.members.items()},
+                        "runs_scanned_until": g.runs_scanned_until,
+                    }
                     for name, g in sorted(self.groups.items())
                 },
                 "next_group": self.next_group,
@@ -58,6 +64,7 @@ class MembershipCursor:
             name: GroupCursor(
                 last_event=int(g.get("last_event", 0)),
                 members={m: (v[0], v[1]) for m, v in g.get("members", {}).items()},
+                runs_scanned_until=float(g.get("runs_scanned_until", 0.0)),
             )
             for name, g in raw.get("groups", {}).items()
         }

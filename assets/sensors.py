@@ -20,6 +20,7 @@ import hashlib
 import re
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -37,6 +38,7 @@ __all__ = ["build_membership_sensor", "build_topic_sensor", "due"]
 
 _DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 _CLEAN_LEAVE = "left:"
+RERUN_TAG = "cohort/rerun_of"
 
 
 def due(record: GroupRecord, now: float) -> bool:
@@ -47,11 +49,43 @@ def due(record: GroupRecord, now: float) -> bool:
     return any(d is not None and d <= now for d in deadlines)
 
 
-def _run_statuses(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[str, dg.DagsterRunStatus]:
+def _runs(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[str, dg.DagsterRun]:
     if not run_ids:
         return {}
-    runs = instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))
-    return {run.run_id: run.status for run in runs}
+    return {run.run_id: run for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))}
+
+
+def _slot_of_run(run: dg.DagsterRun) -> int | None:
+    """The worker slot a run of a worker job was launched for (its op config), None if unknown."""
+    ops = (run.run_config or {}).get("ops", {})
+    for op in ops.values():
+        slot = (op or {}).get("config", {}).get("slot")
+        if isinstance(slot, int):
+            return slot
+    return None
+
+
+def _rerun(
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    slot: int,
+    generation: int,
+    key: str,
+    reason: str,
+    of: str,
+) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=f"{config.group}:slot-{slot}:gen-{generation}:{key}",
+        job_name=translator.get_job_name(config.group),
+        run_config=worker_run_config(config, slot),
+        tags={
+            GROUP_TAG: config.group,
+            SLOT_TAG: str(slot),
+            GENERATION_TAG: str(generation),
+            RERUN_TAG: of,
+            "cohort/reason": reason[:200],
+        },
+    )
 
 
 def _membership_tick(
@@ -62,54 +96,75 @@ def _membership_tick(
     clock: Clock | None,
     seen: GroupCursor,
 ) -> tuple[GroupCursor, list[dg.RunRequest]]:
+    """One group: evict members of dead runs, apply the clock, rerun slots that lost their work.
+
+    Reruns: a member removed while its run had not finished (session or progress deadline) -> keyed by
+    the member; a run that failed or was canceled (its member evicted here, or it left on its own, or it
+    came and went between two ticks) -> keyed by the run, so every path asks for the same rerun once.
+    A failed or canceled run that was itself a rerun is not rerun again: it needs a person.
+    """
     coordinator = group.get_coordinator(clock)
     record = coordinator.store.load(config.group)
     if record is None:
         return seen, []
+    scan_from, scan_to = seen.runs_scanned_until, time.time()
     live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in record.members.items()}
     known = {**seen.members, **live}
-    statuses = _run_statuses(context.instance, sorted({rid for _s, rid in known.values() if rid}))
+    runs = _runs(context.instance, sorted({rid for _s, rid in known.values() if rid}))
+    if scan_from:  # failed or canceled worker runs since the last tick (first tick: from now on)
+        recent = context.instance.get_runs(
+            filters=dg.RunsFilter(
+                job_name=translator.get_job_name(config.group),
+                statuses=list(_DEAD_RUN),
+                updated_after=datetime.fromtimestamp(scan_from, UTC),
+            ),
+            limit=200,
+        )
+        runs.update({run.run_id: run for run in recent})
     evicted = False
     for member_id, (_slot, run_id) in live.items():
-        status = statuses.get(run_id) if run_id else None
-        if status in _DEAD_RUN:
+        run = runs.get(run_id) if run_id else None
+        if run is not None and run.status in _DEAD_RUN:
             try:
-                coordinator.evict_member(config.group, member_id, f"run {run_id} {status.value.lower()}")
+                coordinator.evict_member(config.group, member_id, f"run {run_id} {run.status.value.lower()}")
                 evicted = True
             except CoordinatorError as exc:  # already gone: the events below tell what happened
                 context.log.info(f"group {config.group!r}: eviction of {member_id} skipped: {exc}")
     if not evicted and due(record, coordinator.clock.now()):
         coordinator.expire(config.group)
-    requests: list[dg.RunRequest] = []
+    requests: dict[str, dg.RunRequest] = {}
+    generation = record.generation
     removed: set[str] = set()
     last_event = seen.last_event
     for event_id, event in coordinator.group_events(config.group, after=seen.last_event):
         last_event = max(last_event, event_id)
+        generation = max(generation, event.generation)
         if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
             continue
         removed.add(event.member_id)
         slot, run_id = known.get(event.member_id, (None, None))
-        if slot is None or event.reason.startswith(_CLEAN_LEAVE):
-            continue
-        if run_id is not None and statuses.get(run_id) is dg.DagsterRunStatus.SUCCESS:
-            continue  # a finished static member whose session ran out: nothing was orphaned
+        run = runs.get(run_id) if run_id else None
+        if slot is None or (run is not None and run.status in _DEAD_RUN):
+            continue  # dead runs are rerun below, keyed by the run
+        if event.reason.startswith(_CLEAN_LEAVE) or (run is not None and run.status is dg.DagsterRunStatus.SUCCESS):
+            continue  # a clean leave, or a finished static member whose session ran out: nothing orphaned
         context.log.info(f"group {config.group!r}: slot {slot} lost member {event.member_id} ({event.reason})")
-        requests.append(
-            dg.RunRequest(
-                run_key=f"{config.group}:slot-{slot}:gen-{event.generation}:{event.member_id[-12:]}",
-                job_name=translator.get_job_name(config.group),
-                run_config=worker_run_config(config, slot),
-                tags={
-                    GROUP_TAG: config.group,
-                    SLOT_TAG: str(slot),
-                    GENERATION_TAG: str(event.generation),
-                    "cohort/reason": event.reason[:200],
-                    "cohort/rerun_of": run_id or "",
-                },
-            )
-        )
+        request = _rerun(config, translator, slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
+        requests[request.run_key or ""] = request
+    slot_by_run = {rid: slot for slot, rid in known.values() if rid and slot is not None}
+    worker_job = translator.get_job_name(config.group)
+    for run in runs.values():
+        slot = slot_by_run.get(run.run_id) or (_slot_of_run(run) if run.job_name == worker_job else None)
+        if run.status not in _DEAD_RUN or slot is None:
+            continue
+        if run.tags.get(RERUN_TAG):
+            context.log.warning(f"group {config.group!r}: rerun {run.run_id} of slot {slot} {run.status.value}")
+            continue
+        reason = f"run {run.run_id} {run.status.value.lower()}"
+        request = _rerun(config, translator, slot, generation, f"rerun-{run.run_id[:8]}", reason, run.run_id)
+        requests[request.run_key or ""] = request
     members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
-    return GroupCursor(last_event=last_event, members=members), requests
+    return GroupCursor(last_event, members, scan_to), list(requests.values())
 
 
 def build_membership_sensor(

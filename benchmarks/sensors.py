@@ -29,7 +29,7 @@ from assignment.clock import ManualClock
 from assignment.messages import JoinComplete, JoinRequest
 from pipelines.kafka_client import create_topic
 from resources.embedded_broker import EmbeddedBroker
-from resources.kafka import KafkaResource
+from resources.kafka import KafkaResource, release_shared_clients
 
 GROUPS = 10
 PARTITIONS = 1_000
@@ -142,6 +142,7 @@ def main() -> int:
                 walls.append(wall)
             figures["topic_steady_tick_s"] = statistics.median(walls)
         kafka.close()
+        release_shared_clients()  # before the broker stops: no reconnect noise
     print(f"{'measurement':<34} {'seconds':>8}")
     for name, value in figures.items():
         print(f"{name:<34} {value:>8.3f}")

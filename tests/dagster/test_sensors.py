@@ -42,17 +42,20 @@ def _config(group: str, sqlite_url: str, **kwargs) -> CohortConfig:
     return CohortConfig(group=group, store_url=sqlite_url, worker_slots=3, group_settings=settings, **kwargs)
 
 
-def _run(instance: dg.DagsterInstance, *, fail: bool) -> str:
-    @dg.op
+def _run(
+    instance: dg.DagsterInstance, *, fail: bool, job_name: str = "some_worker_run", slot: int = 1, tags=None
+) -> str:
+    @dg.op(name="cohort_worker_op__x", config_schema={"slot": int})
     def work() -> None:
         if fail:
             raise RuntimeError("the batch failed")
 
-    @dg.job(name="some_worker_run")
+    @dg.job(name=job_name)
     def job() -> None:
         work()
 
-    return job.execute_in_process(instance=instance, raise_on_error=False).run_id
+    config = {"ops": {"cohort_worker_op__x": {"config": {"slot": slot}}}}
+    return job.execute_in_process(run_config=config, instance=instance, raise_on_error=False, tags=tags).run_id
 
 
 def _form_group(coordinator, group: str, members: dict[int, str | None], topics=("orders",), pattern=None) -> dict:
@@ -112,7 +115,7 @@ def test_failed_run_is_evicted_and_its_slot_rerun_once(sqlite_url, kafka_config,
         assert [r.tags["cohort/slot"] for r in result.run_requests] == ["1"]
         request = result.run_requests[0]
         assert request.job_name == T.get_job_name(config.group)
-        assert request.run_key == f"{config.group}:slot-1:gen-{generation}:{members[1][-12:]}"
+        assert request.run_key == f"{config.group}:slot-1:gen-{generation}:rerun-{failed[:8]}"
         assert request.run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": 1}}}}
         assert request.tags["cohort/rerun_of"] == failed
         described = coordinator.describe_group(config.group)
@@ -238,3 +241,34 @@ def test_partition_count_growth_adds_the_new_partitions_and_rebalances(sqlite_ur
         assert len(tick2.run_requests) == 3
         assert coordinator.describe_group(config.group).state is GroupState.PREPARING_REBALANCE
         assert coordinator.describe_group(config.group).partitions_per_topic == {"orders": 3}
+
+
+def test_failed_runs_that_left_or_were_never_seen_are_rerun_once(sqlite_url, kafka_config, clock):
+    config = _config("leavers", sqlite_url)
+    group = config.group_resource()
+    coordinator = group.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 4})
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    job_name = T.get_job_name(config.group)
+    with dg.instance_for_test() as instance:
+        sensor = _membership([config], resources, clock)
+        members = _form_group(coordinator, config.group, {1: str(uuid.uuid4()), 2: str(uuid.uuid4())})
+        first = _tick(sensor, instance, resources)  # sees the members; starts watching worker runs
+        assert first.run_requests == []
+
+        # slot 1's run fails and its worker leaves cleanly; slot 3 fails before the sensor ever saw it;
+        # slot 2 fails too, but it was itself a rerun: it is not rerun again
+        failed_1 = _run(instance, fail=True, job_name=job_name, slot=1)
+        coordinator.leave(config.group, members[1], instance_id=f"{config.group}/worker-1", reason="closed")
+        failed_3 = _run(instance, fail=True, job_name=job_name, slot=3)
+        _run(instance, fail=True, job_name=job_name, slot=2, tags={"cohort/rerun_of": "an-earlier-run"})
+        _run(instance, fail=False, job_name=job_name, slot=2)
+
+        second = _tick(sensor, instance, resources, cursor=first.cursor)
+        assert sorted((r.tags["cohort/slot"], r.tags["cohort/rerun_of"]) for r in second.run_requests) == [
+            ("1", failed_1),
+            ("3", failed_3),
+        ]
+        assert all(r.run_key.split(":")[-1].startswith("rerun-") for r in second.run_requests)
+        assert _tick(sensor, instance, resources, cursor=second.cursor).run_requests == []
