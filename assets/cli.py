@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-__all__ = ["main"]
+__all__ = ["main", "print_describe"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -142,9 +142,14 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
         }
         click.echo(json.dumps(payload))
         return
+    print_describe(described, rows)
+
+
+def print_describe(described: Any, rows: list[Any]) -> None:
+    """Print `cohort describe`'s table for a `GroupDescription` and its `DescribeRow`s (the demo uses it)."""
     columns = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "GENERATION"]
     title = (
-        f"Group {group}: {described.state.value}, generation {described.generation}, "
+        f"Group {described.name}: {described.state.value}, generation {described.generation}, "
         f"assignor {described.assignor or '-'}, {len(described.members)} member(s)"
     )
     table = [[r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.owner, r.generation] for r in rows]

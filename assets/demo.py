@@ -162,7 +162,7 @@ def _sensor_reruns(env: _Env, instance: dg.DagsterInstance, defs: dg.Definitions
 
 
 def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
-    """Run the story; returns the summary and the text report (describe table and audit)."""
+    """Run the story (it prints the `cohort describe` table last); returns the summary and the audit text."""
     from pipelines.kafka_client import partition_counts
     from resources.embedded_broker import EmbeddedBroker
 
@@ -224,6 +224,7 @@ def _audit(
     import pyarrow.dataset as ds
 
     from assets.audit import gather_audits
+    from assets.cli import print_describe
     from assets.ops import describe_rows
 
     kafka = defs.resources["kafka"]
@@ -258,15 +259,8 @@ def _audit(
         rebalances=rebalances,
         lag=sum(a.lag for a in audits),
     )
-    lines = [
-        f"{'TOPIC':<12} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>5}  OWNER  GENERATION"
-    ]
-    for row in describe_rows(coordinator, DEMO_GROUP, kafka.end_offsets):
-        lines.append(
-            f"{row.topic:<12} {row.partition:>9} {row.current_offset!s:>14} {row.log_end_offset!s:>14} {row.lag!s:>5}  "
-            f"{row.owner or '-'}  {row.generation}"
-        )
-    lines.append("")
+    print_describe(coordinator.describe_group(DEMO_GROUP), describe_rows(coordinator, DEMO_GROUP, kafka.end_offsets))
+    lines = []
     lines.append("audit: partition, ledger ranges, committed, Kafka committed, materializations agree")
     for a in audits:
         lines.append(
