@@ -22,12 +22,14 @@ class GroupCursor:
     `last_event` is the id of the last group event handled; `members` maps the member ids seen alive to
     (worker slot or None, Dagster run id or None), so a member removed between two ticks can still be
     traced to its slot and run; `runs_scanned_until` is the wall-clock time up to which failed and
-    canceled worker runs were looked at (0: never).
+    canceled worker runs were looked at (0: never); `rerun_runs` are the latest runs whose slot was already
+    rerun (a run removed at its deadline that fails later is not rerun a second time).
     """
 
     last_event: int = 0
     members: Mapping[str, tuple[int | None, str | None]] = field(default_factory=dict)
     runs_scanned_until: float = 0.0
+    rerun_runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class MembershipCursor:
                         "last_event": g.last_event,
                         "members": {m: list(v) for m, v in g.members.items()},
                         "runs_scanned_until": g.runs_scanned_until,
+                        "rerun_runs": list(g.rerun_runs),
                     }
                     for name, g in sorted(self.groups.items())
                 },
@@ -65,6 +68,7 @@ class MembershipCursor:
                 last_event=int(g.get("last_event", 0)),
                 members={m: (v[0], v[1]) for m, v in g.get("members", {}).items()},
                 runs_scanned_until=float(g.get("runs_scanned_until", 0.0)),
+                rerun_runs=tuple(g.get("rerun_runs", ())),
             )
             for name, g in raw.get("groups", {}).items()
         }

@@ -39,6 +39,7 @@ __all__ = ["build_membership_sensor", "build_topic_sensor", "due"]
 _DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 _CLEAN_LEAVE = "left:"
 RERUN_TAG = "cohort/rerun_of"
+_REMEMBERED_RERUNS = 200
 
 
 def due(record: GroupRecord, now: float) -> bool:
@@ -133,6 +134,7 @@ def _membership_tick(
     if not evicted and due(record, coordinator.clock.now()):
         coordinator.expire(config.group)
     requests: dict[str, dg.RunRequest] = {}
+    rerun_runs = list(seen.rerun_runs)
     generation = record.generation
     removed: set[str] = set()
     last_event = seen.last_event
@@ -151,12 +153,16 @@ def _membership_tick(
         context.log.info(f"group {config.group!r}: slot {slot} lost member {event.member_id} ({event.reason})")
         request = _rerun(config, translator, slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
         requests[request.run_key or ""] = request
+        if run_id:
+            rerun_runs.append(run_id)
     slot_by_run = {rid: slot for slot, rid in known.values() if rid and slot is not None}
     worker_job = translator.get_job_name(config.group)
     for run in runs.values():
         slot = slot_by_run.get(run.run_id) or (_slot_of_run(run) if run.job_name == worker_job else None)
         if run.status not in _DEAD_RUN or slot is None:
             continue
+        if run.run_id in rerun_runs:
+            continue  # its slot was rerun when its member was removed at a deadline
         if run.tags.get(RERUN_TAG):
             context.log.warning(f"group {config.group!r}: rerun {run.run_id} of slot {slot} {run.status.value}")
             continue
@@ -164,7 +170,8 @@ def _membership_tick(
         request = _rerun(config, translator, slot, generation, f"rerun-{run.run_id[:8]}", reason, run.run_id)
         requests[request.run_key or ""] = request
     members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
-    return GroupCursor(last_event, members, scan_to), list(requests.values())
+    cursor = GroupCursor(last_event, members, scan_to, tuple(rerun_runs[-_REMEMBERED_RERUNS:]))
+    return cursor, list(requests.values())
 
 
 def build_membership_sensor(

@@ -272,3 +272,33 @@ def test_failed_runs_that_left_or_were_never_seen_are_rerun_once(sqlite_url, kaf
         ]
         assert all(r.run_key.split(":")[-1].startswith("rerun-") for r in second.run_requests)
         assert _tick(sensor, instance, resources, cursor=second.cursor).run_requests == []
+
+
+def test_a_run_removed_at_its_deadline_that_fails_later_is_not_rerun_twice(sqlite_url, kafka_config, clock):
+    config = _config("zombies", sqlite_url)
+    group = config.group_resource()
+    coordinator = group.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 2})
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    job_name = T.get_job_name(config.group)
+    with dg.instance_for_test() as instance:
+        stalled = instance.add_run(
+            dg.DagsterRun(
+                job_name=job_name,
+                run_id=str(uuid.uuid4()),
+                status=dg.DagsterRunStatus.STARTED,
+                run_config={"ops": {"cohort_worker_op__zombies": {"config": {"slot": 1}}}},
+            )
+        )
+        _form_group(coordinator, config.group, {1: stalled.run_id})
+        sensor = _membership([config], resources, clock)
+        first = _tick(sensor, instance, resources)
+        clock.advance(11)  # the stalled run stops heartbeating: its session expires
+        second = _tick(sensor, instance, resources, cursor=first.cursor)
+        assert [r.tags["cohort/rerun_of"] for r in second.run_requests] == [stalled.run_id]
+
+        instance.report_run_failed(stalled)  # the zombie's commit is refused later and its run fails
+        assert instance.get_run_by_id(stalled.run_id).status is dg.DagsterRunStatus.FAILURE
+        third = _tick(sensor, instance, resources, cursor=second.cursor)
+        assert third.run_requests == []
