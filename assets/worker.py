@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+import sqlalchemy as sa
 
 from assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
 from assignment.errors import (
@@ -87,14 +88,22 @@ def _register_partitions(
     counts: Mapping[str, int],
 ) -> None:
     """Make sure every partition of the assigned topics is a key of the topic's dynamic partition set,
-    added in numeric order so the UI lists them that way (the topic sensor normally did it already)."""
+    added in numeric order so the UI lists them that way (the topic sensor normally did it already).
+    Workers of one group starting together race here; a key another worker added first is fine."""
     for topic in sorted({tp.topic for tp in tps}):
         name = translator.get_partitions_def_name(config.group, topic)
         highest = max([tp.partition for tp in tps if tp.topic == topic] + [counts.get(topic, 0) - 1])
         existing = set(instance.get_dynamic_partitions(name))
         missing = [str(p) for p in range(highest + 1) if str(p) not in existing]
-        if missing:
+        if not missing:
+            continue
+        try:
             instance.add_dynamic_partitions(name, missing)
+        except sa.exc.IntegrityError:  # another worker of the group added some at the same moment
+            for key in missing:
+                with contextlib.suppress(sa.exc.IntegrityError):
+                    if not instance.has_dynamic_partition(name, key):
+                        instance.add_dynamic_partitions(name, [key])
 
 
 def _new_partitions(

@@ -131,3 +131,23 @@ def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
     # orders-2 appeared after orders-0 was consumed; 'fresh' never had a commit: the reset policy decides there
     assert _new_partitions(ledger, assigned, {"orders": 3, "fresh": 1}) == [TopicPartition("orders", 2)]
     coordinator.close()
+
+
+def test_workers_registering_partitions_at_the_same_moment_do_not_fail(tmp_path):
+    from assets.worker import _register_partitions
+
+    translator = DagsterCohortTranslator()
+    name = translator.get_partitions_def_name("g", "t")
+    ours = dg.DagsterInstance.local_temp(tempdir=str(tmp_path))
+    other = dg.DagsterInstance.local_temp(tempdir=str(tmp_path))
+    read = ours.get_dynamic_partitions
+
+    def read_then_lose_the_race(partitions_def_name: str):  # another worker inserts right after our read
+        existing = read(partitions_def_name)
+        if not existing:
+            other.add_dynamic_partitions(partitions_def_name, ["2"])
+        return existing
+
+    ours.get_dynamic_partitions = read_then_lose_the_race
+    _register_partitions(ours, CohortConfig(group="g", topics=("t",)), translator, [TopicPartition("t", 0)], {"t": 4})
+    assert sorted(read(name)) == ["0", "1", "2", "3"]
