@@ -34,7 +34,7 @@ from assignment.group_state import EventKind, GroupRecord
 from resources.group import CohortGroupResource
 from resources.kafka import KafkaResource
 
-__all__ = ["build_membership_sensor", "build_topic_sensor", "due"]
+__all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 
 _DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 _CLEAN_LEAVE = "left:"

@@ -36,7 +36,18 @@ from resources.group import CohortGroupResource
 from resources.kafka import KafkaResource
 from resources.spark import SparkResource
 
-__all__ = ["MAX_ATTEMPTS", "SLOT_TAG", "WorkerOutcome", "build_worker_job", "materializations", "worker_run_config"]
+__all__ = [
+    "GENERATION_TAG",
+    "GROUP_TAG",
+    "MAX_ATTEMPTS",
+    "SLOT_TAG",
+    "BatchRunner",
+    "WorkerOutcome",
+    "build_worker_job",
+    "materializations",
+    "run_worker",
+    "worker_run_config",
+]
 
 MAX_ATTEMPTS = 3
 SLOT_TAG = "cohort/slot"
