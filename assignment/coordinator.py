@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from assignment.clock import Clock, SystemClock
 from assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
+from assignment.join import check_join_request
 from assignment.ledger import decide_commit
 from assignment.messages import (
     CommitRequest,
@@ -154,12 +155,11 @@ class Coordinator:
             >>> coordinator.join("orders", JoinRequest(member_id=mid, topics=["orders"]))  # doctest: +SKIP
             JoinPending(member_id='member-…', state=<GroupState.PREPARING_REBALANCE: ...>, ...)
         """
+        check_join_request(request)  # types first: a string of topics is not a list of names
         if request.instance_id is not None:
             validate_instance_id(request.instance_id)
         for topic in request.topics:
             validate_topic_name(topic)
-        if isinstance(request.topics, str):
-            raise TypeError("JoinRequest.topics must be a collection of topic names, not a string")
         hint = request.instance_id or request.client_id
         return self._run(group, lambda g, _h, ctx: decide_join(g, group, request, ctx), hint).result()
 

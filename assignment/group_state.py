@@ -19,6 +19,7 @@ from enum import StrEnum
 from functools import lru_cache
 
 from assignment.types import EAGER, TopicPartition
+from assignment.validation import is_integer, is_number
 
 __all__ = [
     "TRANSITIONS",
@@ -111,15 +112,16 @@ class GroupConfig:
     max_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.initial_rebalance_delay < 0:
-            raise ValueError(f"initial_rebalance_delay must be >= 0, got {self.initial_rebalance_delay}")
-        if not 0 < self.min_session_timeout <= self.max_session_timeout:
-            raise ValueError(
-                f"need 0 < min_session_timeout <= max_session_timeout, got "
-                f"{self.min_session_timeout} and {self.max_session_timeout}"
-            )
-        if self.max_size is not None and self.max_size < 1:
-            raise ValueError(f"max_size must be >= 1 or None, got {self.max_size}")
+        """Refuse settings no group could run with: NaN and bools are not numbers here (NaN passes every
+        `<` check, so each bound is stated positively)."""
+        delay = self.initial_rebalance_delay
+        if not (is_number(delay) and delay >= 0):
+            raise ValueError(f"initial_rebalance_delay must be >= 0 (a number of seconds), got {delay!r}")
+        low, high = self.min_session_timeout, self.max_session_timeout
+        if not (is_number(low) and is_number(high) and 0 < low <= high):
+            raise ValueError(f"need 0 < min_session_timeout <= max_session_timeout, got {low!r} and {high!r}")
+        if self.max_size is not None and not (is_integer(self.max_size) and self.max_size >= 1):
+            raise ValueError(f"max_size must be >= 1 or None, got {self.max_size!r}")
 
 
 @dataclass(frozen=True)

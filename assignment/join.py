@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from numbers import Real
 
 from assignment.errors import (
     CoordinatorError,
@@ -36,23 +37,58 @@ from assignment.rebalance import (
 )
 from assignment.reconcile import build_subscriptions
 from assignment.types import EAGER
+from assignment.validation import is_number, require_collection
 
-__all__ = ["decide_join"]
+__all__ = ["check_join_request", "decide_join"]
 
 _S = GroupState
 
 
+def check_join_request(req: JoinRequest) -> None:
+    """Raise TypeError for a request whose fields have the wrong Python type, naming the field.
+
+    `topics` and `assignors` must be collections of strings (a bare string would be read as its
+    characters: `assignors="range"` as the ballot r, a, n, g, e); the session timeout must be a number of
+    seconds and the rebalance and progress timeouts numbers or None (bools are not numbers here). Values of
+    the right type but out of range (NaN, <= 0, outside the session bounds) are the decision's to refuse
+    with a coordinator error.
+    """
+    require_collection(req.topics, "JoinRequest.topics")  # the names themselves: validate_topic_name
+    require_collection(req.assignors, "JoinRequest.assignors")
+    for assignor in req.assignors:
+        if not isinstance(assignor, str):
+            raise TypeError(f"JoinRequest.assignors must hold assignor names (str), got {assignor!r}")
+    timeouts = {
+        "session timeout": req.session_timeout,
+        "rebalance timeout": req.rebalance_timeout,
+        "progress timeout": req.progress_timeout,
+    }
+    for what, value in timeouts.items():
+        if value is None and what != "session timeout":
+            continue
+        if isinstance(value, bool) or not isinstance(value, Real):
+            kind = type(value).__name__
+            raise TypeError(f"JoinRequest: the {what} must be a number of seconds, got {kind} {value!r}")
+
+
 def _validate_join(group: GroupRecord, req: JoinRequest, ctx: Context) -> CoordinatorError | None:
     cfg = ctx.config
-    if not cfg.min_session_timeout <= req.session_timeout <= cfg.max_session_timeout:
+    if not cfg.min_session_timeout <= req.session_timeout <= cfg.max_session_timeout:  # False for NaN too
         return InvalidSessionTimeoutError(
             f"group {group.name!r}: session timeout {req.session_timeout:g} s is outside "
             f"[{cfg.min_session_timeout:g}, {cfg.max_session_timeout:g}] s"
         )
-    if req.effective_rebalance_timeout <= 0 or req.effective_progress_timeout <= 0:
-        return InvalidRequestError(f"group {group.name!r}: rebalance and progress timeouts must be > 0")
+    rebalance, progress = req.effective_rebalance_timeout, req.effective_progress_timeout
+    if not (is_number(rebalance) and rebalance > 0 and is_number(progress) and progress > 0):  # inf: no limit
+        return InvalidRequestError(
+            f"group {group.name!r}: rebalance and progress timeouts must be > 0, got {rebalance:g} and {progress:g} s"
+        )
     if not req.assignors:
         return InconsistentGroupProtocolError(f"group {group.name!r}: the member lists no assignor")
+    if not all(req.assignors):
+        return InconsistentGroupProtocolError(
+            f"group {group.name!r}: the member lists an empty assignor name in {list(req.assignors)}"
+        )
     if req.topic_pattern is not None:
         try:
             re.compile(req.topic_pattern)
@@ -231,8 +267,11 @@ def decide_join(
     in a Stable group with unchanged metadata, the new one takes over its assignment without a rebalance.
     An existing member's rejoin in CompletingRebalance or (for a follower) Stable with unchanged
     metadata just answers the current generation (the "missed join answer" case); otherwise it starts a
-    rebalance.
+    rebalance. A field of the wrong type (e.g. `assignors` as one string) raises TypeError
+    (`check_join_request`); an empty assignor name is INCONSISTENT_GROUP_PROTOCOL, a NaN or non-positive
+    rebalance or progress timeout INVALID_REQUEST.
     """
+    check_join_request(req)
     outcome = start(group, name, ctx)
     current = outcome.group
     error = _validate_join(current, req, ctx)

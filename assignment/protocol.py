@@ -38,6 +38,7 @@ from assignment.rebalance import (
 )
 from assignment.reconcile import compute_target, reconcile, unassigned_partitions, validate_assignment
 from assignment.types import TopicPartition
+from assignment.validation import INT32_MAX, is_integer
 
 __all__ = [
     "Context",
@@ -246,13 +247,13 @@ def decide_metadata(
     pattern subscriptions); answer True if a rebalance started because a subscribed topic's count
     changed or the topics matching a member's pattern changed."""
     for topic, count in partitions_per_topic.items():
-        if not isinstance(count, int) or count < 0:
+        if not (is_integer(count) and 0 <= count <= INT32_MAX):  # bools are not counts
             return Decision(
                 start(group, name, ctx), error=InvalidRequestError(f"topic {topic!r}: bad partition count {count!r}")
             )
     outcome = start(group, name, ctx)
     current = outcome.group
-    new_known = dict(sorted(partitions_per_topic.items()))
+    new_known = {topic: int(count) for topic, count in sorted(partitions_per_topic.items())}
     before = _subscribed_view(current, current.partitions_per_topic)
     after = _subscribed_view(current, new_known)
     outcome = outcome.but(replace(current, partitions_per_topic=new_known))

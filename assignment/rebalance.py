@@ -169,7 +169,8 @@ def maybe_complete_join(outcome: Outcome, ctx: Context) -> Outcome:
     the rebalance deadline passed; members that did not rejoin are removed.
 
     With members left: a new generation, the vote, a leader (the current one if it stayed, else the
-    longest-standing member), fresh session deadlines, state CompletingRebalance. With none: Empty.
+    longest-standing member), fresh session and progress deadlines (every member left has just shown it
+    is alive by rejoining), state CompletingRebalance. With none: Empty.
     """
     group = outcome.group
     if group.state is not _S.PREPARING_REBALANCE or not _join_phase_ready(group, ctx.now):
@@ -187,8 +188,19 @@ def maybe_complete_join(outcome: Outcome, ctx: Context) -> Outcome:
     leader = group.leader_id
     if leader not in group.members:
         leader = min(group.members.values(), key=lambda m: m.join_seq).member_id
+    # Every member left has rejoined (the rest were just removed), which shows it is alive and polling, as
+    # a Kafka consumer rejoins from poll(): its session and progress clocks restart here, as they do at
+    # sync. Waiting for the others was the coordinator's doing; a progress deadline that passed meanwhile
+    # (joined members are exempt during the phase) must not evict it the moment the phase completes.
     members = {
-        mid: replace(m, generation=generation, joined=False, synced=False, session_deadline=ctx.now + m.session_timeout)
+        mid: replace(
+            m,
+            generation=generation,
+            joined=False,
+            synced=False,
+            session_deadline=ctx.now + m.session_timeout,
+            progress_deadline=ctx.now + m.progress_timeout if m.owned else None,
+        )
         for mid, m in group.members.items()
     }
     cleared = replace(
@@ -216,6 +228,12 @@ def advance(outcome: Outcome, ctx: Context) -> Outcome:
     """Apply everything the clock has made due, in Kafka's order: expired handed-out ids are forgotten,
     members past their session or progress deadline are removed (a rebalance starts if the group was
     Stable or CompletingRebalance), and a join phase whose conditions hold completes.
+
+    Idempotent at one instant: `advance(advance(o, ctx), ctx)` changes nothing and adds no event, so
+    `describe_group` (which advances without writing) shows what the next call will see. It holds because
+    one pass leaves nothing due: every removal happens in the pass that finds it due, a rebalance started
+    here sets its deadline in the future (rebalance timeouts are > 0), and a completed join phase restarts
+    every remaining member's session and progress deadlines (timeouts > 0).
     """
     group = outcome.group
     now = ctx.now

@@ -3,8 +3,7 @@ fragment naming the problem, and proof that the refused call lost or changed not
 
 Each case runs against a populated group (Stable, one member owning every partition, a committed range)
 on the in-memory store and on SQLite; after the refusal the group's description, committed offsets,
-ledger history, event log and the list of groups are exactly as before. Cases marked with a bug are
-strict xfails: inputs the coordinator accepts today but should refuse (see the report in the reason).
+ledger history, event log and the list of groups are exactly as before.
 """
 
 from __future__ import annotations
@@ -54,14 +53,13 @@ class World:
 
 @dataclass(frozen=True)
 class Case:
-    """One bad input: the call, the error type it must raise, a fragment of the message naming the problem,
-    and, for inputs accepted today, the bug that makes the case an expected failure."""
+    """One bad input: the call, the error type it must raise and a fragment of the message naming the
+    problem."""
 
     id: str
     call: Callable[[World], object]
     error: type[BaseException]
     fragment: str
-    bug: str | None = None
 
 
 # ---------------------------------------------------------------------------------------- the corpus
@@ -141,17 +139,12 @@ def _assignor_cases() -> Iterator[Case]:
         lambda w: w.join(group="fresh", assignors="range"),
         TypeError,
         "assignors",
-        bug="assignment/join.py _validate_join: JoinRequest(assignors='range') is taken as the ballot "
-        "['r','a','n','g','e'] and the group elects assignor 'r' (topics as a string raise TypeError; "
-        "assignors as a string should too)",
     )
     yield Case(
         "join-empty-assignor-name",
         lambda w: w.join(group="fresh", assignors=[""]),
         InconsistentGroupProtocolError,
         "assignor",
-        bug="assignment/join.py _validate_join: an empty assignor name is admitted and elected (protocol '') "
-        "although no assignor can be registered under it; the failure only shows at the leader's sync",
     )
 
 
@@ -184,8 +177,6 @@ def _timeout_cases() -> Iterator[Case]:
             lambda w, v=value: w.join(session_timeout=v),
             (TypeError, InvalidSessionTimeoutError),  # type: ignore[arg-type]
             "session timeout",
-            bug="assignment/join.py _validate_join: a non-number session timeout raises a bare TypeError "
-            "(\"'<=' not supported between 'float' and 'str'\") that does not name the session timeout",
         )
     for field_name in ("rebalance_timeout", "progress_timeout"):
         for value in (0, -5):
@@ -200,8 +191,6 @@ def _timeout_cases() -> Iterator[Case]:
             lambda w, f=field_name: w.join(group="fresh", **{f: float("nan")}),
             InvalidRequestError,
             "timeouts must be > 0",
-            bug=f"assignment/join.py _validate_join: {field_name}=nan passes the '<= 0' check; the member's "
-            "deadline becomes nan and never comes due (the join phase or progress deadline never expires)",
         )
 
 
@@ -226,47 +215,32 @@ def _limit_cases() -> Iterator[Case]:
         lambda w: w.coordinator.report_topic_metadata(GROUP, {TOPIC: True}),
         InvalidRequestError,
         "bad partition count True",
-        bug="assignment/protocol.py decide_metadata: a bool partition count passes isinstance(count, int); "
-        "{'t': True} is stored as the topic's partition count (the group shrinks to 1 partition)",
     )
-    ranges: list[tuple[str, Callable[[], OffsetRange], str, str | None]] = [
-        ("negative-partition", lambda: OffsetRange(TOPIC, -1, 0, 1), "partition must be >= 0", None),
-        ("negative-from", lambda: OffsetRange(TOPIC, 0, -1, 1), "invalid offset range [-1, 1)", None),
-        ("until-before-from", lambda: OffsetRange(TOPIC, 0, 5, 4), "invalid offset range [5, 4)", None),
-        ("negative-records", lambda: OffsetRange(TOPIC, 0, 0, 1, records=-1), "record counts must be >= 0", None),
-        ("negative-quarantined", lambda: OffsetRange(TOPIC, 0, 0, 1, quarantined=-3), "counts must be >= 0", None),
-        ("float-offsets", lambda: OffsetRange(TOPIC, 2, 0.5, 1.5), "offset", _FLOAT_BUG),  # type: ignore[arg-type]
-        ("nan-offset", lambda: OffsetRange(TOPIC, 2, 0, float("nan")), "offset", _FLOAT_BUG),  # type: ignore[arg-type]
-        ("offset-beyond-int64", lambda: OffsetRange(TOPIC, 2, 0, 2**63), "offset", _INT64_BUG),
+    ranges: list[tuple[str, Callable[[], OffsetRange], str]] = [
+        ("negative-partition", lambda: OffsetRange(TOPIC, -1, 0, 1), "partition must be >= 0"),
+        ("negative-from", lambda: OffsetRange(TOPIC, 0, -1, 1), "invalid offset range [-1, 1)"),
+        ("until-before-from", lambda: OffsetRange(TOPIC, 0, 5, 4), "invalid offset range [5, 4)"),
+        ("negative-records", lambda: OffsetRange(TOPIC, 0, 0, 1, records=-1), "record counts must be >= 0"),
+        ("negative-quarantined", lambda: OffsetRange(TOPIC, 0, 0, 1, quarantined=-3), "counts must be >= 0"),
+        ("float-offsets", lambda: OffsetRange(TOPIC, 2, 0.5, 1.5), "offset"),  # type: ignore[arg-type]
+        ("nan-offset", lambda: OffsetRange(TOPIC, 2, 0, float("nan")), "offset"),  # type: ignore[arg-type]
+        ("offset-beyond-int64", lambda: OffsetRange(TOPIC, 2, 0, 2**63), "offset"),
     ]
-    for label, build, fragment, bug in ranges:
-        yield Case(f"offset-range-{label}", lambda w, b=build: w.commit(b()), ValueError, fragment, bug=bug)
-    configs: list[tuple[str, dict[str, Any], str, str | None]] = [
-        ("negative-delay", {"initial_rebalance_delay": -1}, "initial_rebalance_delay must be >= 0", None),
-        ("zero-min-session", {"min_session_timeout": 0}, "0 < min_session_timeout", None),
-        ("negative-min-session", {"min_session_timeout": -6}, "0 < min_session_timeout", None),
-        ("max-below-min", {"min_session_timeout": 10, "max_session_timeout": 5}, "<= max_session_timeout", None),
-        ("zero-max-size", {"max_size": 0}, "max_size must be >= 1", None),
-        ("negative-max-size", {"max_size": -2}, "max_size must be >= 1", None),
-        ("nan-delay", {"initial_rebalance_delay": float("nan")}, "initial_rebalance_delay", _NAN_DELAY_BUG),
+    for label, build, fragment in ranges:
+        yield Case(f"offset-range-{label}", lambda w, b=build: w.commit(b()), ValueError, fragment)
+    configs: list[tuple[str, dict[str, Any], str]] = [
+        ("negative-delay", {"initial_rebalance_delay": -1}, "initial_rebalance_delay must be >= 0"),
+        ("zero-min-session", {"min_session_timeout": 0}, "0 < min_session_timeout"),
+        ("negative-min-session", {"min_session_timeout": -6}, "0 < min_session_timeout"),
+        ("max-below-min", {"min_session_timeout": 10, "max_session_timeout": 5}, "<= max_session_timeout"),
+        ("zero-max-size", {"max_size": 0}, "max_size must be >= 1"),
+        ("negative-max-size", {"max_size": -2}, "max_size must be >= 1"),
+        ("nan-delay", {"initial_rebalance_delay": float("nan")}, "initial_rebalance_delay"),
     ]
-    for label, kwargs, fragment, bug in configs:
-        yield Case(f"config-{label}", lambda w, k=kwargs: GroupConfig(**k), ValueError, fragment, bug=bug)
+    for label, kwargs, fragment in configs:
+        yield Case(f"config-{label}", lambda w, k=kwargs: GroupConfig(**k), ValueError, fragment)
     yield Case("clock-backwards", lambda w: ManualClock(5.0).advance(-1), ValueError, "only moves forward")
 
-
-_FLOAT_BUG = (
-    "assignment/types.py OffsetRange.__post_init__ accepts non-integer offsets (0.5, nan); the ledger "
-    "then records [0.5, 1.5) while the SQLite store's integer head column keeps 1: head and ledger disagree"
-)
-_INT64_BUG = (
-    "assignment/types.py OffsetRange accepts offsets beyond Kafka's int64; the memory store records them "
-    "and SQLite fails with a bare OverflowError ('Python int too large to convert to SQLite INTEGER')"
-)
-_NAN_DELAY_BUG = (
-    "assignment/group_state.py GroupConfig.__post_init__: initial_rebalance_delay=nan passes the '< 0' "
-    "check; an Empty group's first join phase then waits for the full rebalance timeout"
-)
 
 CASES = [*_name_cases(), *_assignor_cases(), *_timeout_cases(), *_limit_cases()]
 
@@ -305,12 +279,7 @@ def _state(world: World) -> tuple[object, ...]:
     )
 
 
-def _param(case: Case) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=case.bug)] if case.bug else []
-    return pytest.param(case, id=case.id, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_bad_input_is_refused_clearly_and_changes_nothing(case: Case, world: World) -> None:
     before = _state(world)
     with pytest.raises(case.error) as refused:
