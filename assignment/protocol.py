@@ -245,7 +245,8 @@ def decide_metadata(
 ) -> Decision[bool]:
     """Record the topics' partition counts (every topic the group may subscribe to, or all topics for
     pattern subscriptions); answer True if a rebalance started because a subscribed topic's count
-    changed or the topics matching a member's pattern changed."""
+    changed or the topics matching a member's pattern changed. A count that is not an integer in
+    [0, 2**31 - 1] (a bool, a float, a string) is INVALID_REQUEST and nothing is recorded."""
     for topic, count in partitions_per_topic.items():
         if not (is_integer(count) and 0 <= count <= INT32_MAX):  # bools are not counts
             return Decision(

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from assignment.errors import InvalidRequestError
 from assignment.group_state import GroupRecord, effective_topics
 from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
+from assignment.validation import is_integer
 
 __all__ = [
     "Reconciliation",
@@ -83,8 +84,9 @@ def validate_assignment(
 ) -> dict[str, tuple[TopicPartition, ...]]:
     """Check a leader's assignment and normalise it: every member a key, each list sorted and unique.
 
-    Raises InvalidRequestError naming the first problem: an unknown member, a partition listed twice, a
-    topic the member does not subscribe to, or a partition beyond the topic's known count.
+    Raises InvalidRequestError naming the first problem: an unknown member, a partition number that is not
+    an integer (a float or bool), a partition listed twice, a topic the member does not subscribe to, or a
+    partition beyond the topic's known count.
     """
     known = group.partitions_per_topic
     unknown = sorted(set(assignment) - set(group.members))
@@ -93,7 +95,11 @@ def validate_assignment(
     seen: dict[TopicPartition, str] = {}
     result: dict[str, tuple[TopicPartition, ...]] = {}
     for member_id, member in group.members.items():
-        parts = sorted({TopicPartition(tp[0], tp[1]) for tp in assignment.get(member_id, ())})
+        listed = assignment.get(member_id, ())
+        bad = next((tp for tp in listed if not is_integer(tp[1])), None)
+        if bad is not None:  # 1.0 or True would pass the range check and be stored as a partition
+            raise InvalidRequestError(f"group {group.name!r}: {member_id} is assigned {bad!r}: not a partition number")
+        parts = sorted({TopicPartition(tp[0], int(tp[1])) for tp in listed})
         topics = set(effective_topics(member, known))
         for tp in parts:
             if tp in seen:

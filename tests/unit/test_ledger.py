@@ -129,3 +129,41 @@ def test_protocols_are_runtime_checkable() -> None:
 
     assert isinstance(Ledger(), OffsetLedger) and not isinstance(Mirror(), OffsetLedger)
     assert isinstance(Mirror(), OffsetMirror)
+
+
+class _Int64:
+    """An int-like that is not an int (as numpy.int64 is): usable as an index, so as an offset."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"from_offset": 0.5, "until_offset": 1.5}, "from_offset (an offset) of t-2 must be an integer, got float 0.5"),
+        ({"until_offset": 2.0}, "until_offset (an offset) of t-2 must be an integer, got float 2.0"),
+        ({"until_offset": float("nan")}, "until_offset (an offset) of t-2 must be an integer, got float nan"),
+        ({"until_offset": True}, "until_offset (an offset) of t-2 must be an integer, got bool True"),
+        ({"until_offset": "5"}, "until_offset (an offset) of t-2 must be an integer, got str '5'"),
+        ({"until_offset": 2**63}, f"until_offset (an offset) of t-2 is {2**63}, beyond the largest allowed value"),
+        ({"records": 1.0}, "records (a record count) of t-2 must be an integer"),
+        ({"quarantined": 2**63}, "quarantined (a record count) of t-2 is"),
+        ({"partition": 2.0}, "partition of topic 't' must be an integer, got float 2.0"),
+        ({"partition": 2**31}, "partition of topic 't' is 2147483648, beyond the largest allowed value"),
+    ],
+)
+def test_offset_ranges_hold_only_int64_offsets_and_counts(fields: dict[str, object], fragment: str) -> None:
+    values: dict[str, object] = {"topic": "t", "partition": 2, "from_offset": 0, "until_offset": 1, **fields}
+    with pytest.raises(ValueError) as refused:
+        OffsetRange(**values)  # type: ignore[arg-type]
+    assert fragment in str(refused.value)
+
+
+def test_offset_ranges_take_int_likes_as_plain_ints_up_to_int64() -> None:
+    r = OffsetRange("t", _Int64(1), _Int64(0), _Int64(2**63 - 1), records=_Int64(3))  # type: ignore[arg-type]
+    assert (r.partition, r.from_offset, r.until_offset, r.records) == (1, 0, 2**63 - 1, 3)
+    assert all(type(v) is int for v in (r.partition, r.from_offset, r.until_offset, r.records, r.quarantined))

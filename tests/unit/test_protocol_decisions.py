@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,18 +20,19 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import EventKind, GroupConfig, GroupRecord, GroupState, MemberRecord
+from assignment.group_state import EventKind, GroupConfig, GroupRecord, GroupState, MemberRecord, Outcome
 from assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
 from assignment.protocol import (
     decide_delete,
     decide_evict,
+    decide_expire,
     decide_heartbeat,
     decide_join,
     decide_leave,
     decide_metadata,
     decide_sync,
 )
-from assignment.rebalance import Context, default_assignor_resolver, elect_assignor
+from assignment.rebalance import Context, advance, default_assignor_resolver, elect_assignor
 from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
 
 S = GroupState
@@ -392,3 +394,95 @@ def test_cooperative_assignors_see_what_members_hold_not_what_they_were_last_ass
     assert answer.error is None, answer.error
     owners = {tp: m.member_id for m in sim.group.members.values() for tp in m.owned}
     assert owners == {TopicPartition("t", 0): x, TopicPartition("t", 1): x, TopicPartition("t", 2): c}
+
+
+# ------------------------------------------------------------------------------------ input checks
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"assignors": "range"}, "JoinRequest.assignors must be a collection of names, not a string"),
+        ({"assignors": ["range", None]}, "assignor names (str), got None"),
+        ({"topics": "t"}, "JoinRequest.topics must be a collection of names, not a string"),
+        ({"session_timeout": "10"}, "the session timeout must be a number of seconds, got str '10'"),
+        ({"session_timeout": None}, "the session timeout must be a number of seconds, got NoneType"),
+        ({"rebalance_timeout": True}, "the rebalance timeout must be a number of seconds, got bool"),
+        ({"progress_timeout": "20"}, "the progress timeout must be a number of seconds, got str"),
+    ],
+)
+def test_join_fields_of_the_wrong_type_raise_type_error_naming_the_field(fields: dict[str, Any], fragment: str) -> None:
+    request = JoinRequest(
+        **{"instance_id": "w", "topics": ["t"], "assignors": ["range"], "session_timeout": 10, **fields}
+    )
+    with pytest.raises(TypeError, match=re.escape(fragment)):
+        decide_join(None, "g", request, Sim().ctx())
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "fragment"),
+    [
+        ({"assignors": [""]}, InconsistentGroupProtocolError, "empty assignor name"),
+        ({"assignors": ["range", ""]}, InconsistentGroupProtocolError, "empty assignor name"),
+        ({"rebalance_timeout": float("nan")}, InvalidRequestError, "timeouts must be > 0"),
+        ({"progress_timeout": float("nan")}, InvalidRequestError, "timeouts must be > 0"),
+        ({"progress_timeout": -1}, InvalidRequestError, "timeouts must be > 0"),
+        ({"session_timeout": float("nan")}, InvalidSessionTimeoutError, "outside [6, 1800]"),
+    ],
+)
+def test_unusable_join_values_are_refused_by_the_decision(
+    fields: dict[str, Any], error: type[Exception], fragment: str
+) -> None:
+    request = JoinRequest(
+        **{"instance_id": "w", "topics": ["t"], "assignors": ["range"], "session_timeout": 10, **fields}
+    )
+    decision = Sim().join(request)
+    assert isinstance(decision.error, error) and fragment in str(decision.error)
+
+
+def test_infinite_rebalance_and_progress_timeouts_mean_no_limit() -> None:
+    sim = Sim()
+    a = sim.admit(rebalance_timeout=float("inf"), progress_timeout=float("inf"))
+    sim.apply(decide_metadata(sim.group, "g", {"t": 2}, sim.ctx()))
+    sim.rejoin(a, rebalance_timeout=float("inf"), progress_timeout=float("inf"))
+    sim.sync(a)
+    assert sim.group and sim.group.members[a].progress_deadline == float("inf")
+    sim.now += 1e9
+    result = sim.apply(decide_heartbeat(sim.group, "g", a, sim.group.generation, None, False, sim.ctx()))
+    assert isinstance(result.error, UnknownMemberIdError)  # the session still expires; progress never does
+
+
+@pytest.mark.parametrize("count", [True, False, 2.0, -1, 2**31, "3", None])
+def test_metadata_refuses_counts_that_are_not_partition_counts(count: object) -> None:
+    decision = decide_metadata(None, "g", {"t": count}, Sim().ctx())  # type: ignore[dict-item]
+    assert isinstance(decision.error, InvalidRequestError) and f"bad partition count {count!r}" in str(decision.error)
+
+
+# ----------------------------------------------------------------------------- timers at one instant
+
+
+def test_a_completed_join_phase_restarts_the_progress_deadline_of_members_that_rejoined() -> None:
+    """A cooperative member rejoins in time and waits while its progress deadline passes; the evaluation
+    that completes the phase keeps it with a fresh progress deadline, and a second evaluation at the same
+    instant changes nothing (chaos seed 2: the second one used to evict it for 'no progress')."""
+    sim = Sim()
+    timeouts = {"assignors": ["cooperative-sticky"], "rebalance_timeout": 30, "progress_timeout": 20}
+    sim.apply(decide_metadata(None, "g", {"t": 4}, sim.ctx()))
+    a = sim.admit(**timeouts)
+    sim.sync(a)
+    b = sim.admit(**timeouts)
+    assert isinstance(sim.rejoin(a, **timeouts).result(), JoinComplete)
+    sim.sync(a)
+    sim.sync(b)
+    assert sim.state() is S.STABLE and sim.group and sim.group.members[a].owned
+    assert sim.group.members[a].progress_deadline == 120.0
+    sim.now = 101.0
+    sim.admit(**timeouts)  # c: PreparingRebalance until 131
+    assert isinstance(sim.rejoin(a, **timeouts).result(), JoinPending)  # a rejoins in time, b stays silent
+    sim.now = 131.0  # b's session and the phase end; a's progress deadline (120) passed while it waited
+    once = sim.apply(decide_expire(sim.group, "g", sim.ctx()))
+    assert once.group.state is S.COMPLETING_REBALANCE and b not in once.group.members
+    kept = once.group.members[a]
+    assert kept.owned and kept.progress_deadline == 131.0 + 20 and kept.session_deadline == 131.0 + 10
+    twice = advance(Outcome(once.group), sim.ctx())
+    assert twice.events == () and twice.group == once.group

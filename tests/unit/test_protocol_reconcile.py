@@ -68,6 +68,8 @@ def test_validate_assignment_normalises_and_refuses_bad_lists() -> None:
         ({"a": [TP("u", 0)]}, "does not subscribe"),
         ({"a": [TP("t", 4)]}, "has 4 partitions"),
         ({"b": [TP("nope", 0)]}, "does not subscribe"),
+        ({"a": [TP("t", 1.0)]}, "not a partition number"),  # type: ignore[arg-type]
+        ({"a": [TP("t", True)]}, "not a partition number"),
     ]:
         with pytest.raises(InvalidRequestError, match=words):
             validate_assignment(group, bad)

@@ -4,13 +4,18 @@ topic growth and commits, checking the group's safety properties after every ste
 Members behave like `GroupMember` (rejoin on REBALANCE_IN_PROGRESS, eager members revoke everything
 first, cooperative members release revoked partitions by rejoining), except that they act only when the
 machine tells them to, so any interleaving can happen. Their assignors always share "range", and the
-vote may elect an eager or a cooperative assignor from one generation to the next.
+vote may elect an eager or a cooperative assignor from one generation to the next. Some members have a
+progress timeout shorter than the join phase, so progress deadlines also pass while members wait in it.
+
+After every rule the timer evaluation (`advance`) is checked to be idempotent over the reached state, now
+and at every instant where one of its deadlines comes due.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 
 from hypothesis import HealthCheck, settings
@@ -27,9 +32,10 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupConfig, GroupState
+from assignment.group_state import GroupConfig, GroupState, Outcome
 from assignment.memory_store import MemoryGroupStore
 from assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from assignment.rebalance import Context, advance
 from assignment.types import COOPERATIVE, EAGER, OffsetRange, TopicPartition
 
 GROUP, TOPIC = "g", "t"
@@ -43,7 +49,14 @@ BALLOTS = {
 class SimMember:
     """A member process driven step by step."""
 
-    def __init__(self, coordinator: Coordinator, name: str, ballot: tuple[str, ...], instance_id: str | None) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        name: str,
+        ballot: tuple[str, ...],
+        instance_id: str | None,
+        progress_timeout: float = 40,
+    ) -> None:
         self.coordinator = coordinator
         self.request = JoinRequest(
             client_id=name,
@@ -52,7 +65,7 @@ class SimMember:
             assignors=ballot,
             session_timeout=10,
             rebalance_timeout=15,
-            progress_timeout=40,
+            progress_timeout=progress_timeout,
         )
         self.member_id: str | None = None
         self.generation = -1
@@ -132,10 +145,14 @@ class GroupMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------------------------------ rules
 
     @precondition(lambda self: len(self.members) < 6)
-    @rule(data=st.data(), slot=st.sampled_from([None, None, "g/w-0", "g/w-1"]))
-    def start_member(self, data: st.DataObject, slot: str | None) -> None:
+    @rule(
+        data=st.data(),
+        slot=st.sampled_from([None, None, "g/w-0", "g/w-1"]),
+        progress_timeout=st.sampled_from([40, 40, 8]),
+    )
+    def start_member(self, data: st.DataObject, slot: str | None, progress_timeout: float) -> None:
         ballot = data.draw(st.sampled_from(self.ballots))
-        member = SimMember(self.coordinator, f"run-{next(self.names)}", ballot, slot)
+        member = SimMember(self.coordinator, f"run-{next(self.names)}", ballot, slot, progress_timeout)
         self.members.append(member)
         member.step()
 
@@ -231,6 +248,26 @@ class GroupMachine(RuleBasedStateMachine):
     @invariant()
     def invariants(self) -> None:
         self.check()
+
+    @invariant()
+    def timers_are_idempotent(self) -> None:
+        """Evaluating the timers twice at one instant changes nothing and records nothing, so what
+        `describe_group` shows (one evaluation, not written) is what the next call sees. Checked now, at
+        every deadline of the stored record (the `<=` boundaries) and just after it."""
+        record = self.coordinator.store.load(GROUP)
+        if record is None:
+            return
+        now = self.clock.now()
+        deadlines = [record.rebalance_deadline, record.initial_delay_until, *record.pending.values()]
+        for m in record.members.values():
+            deadlines += [m.session_deadline, m.progress_deadline]
+        instants = {now, *(t + d for t in deadlines if t is not None and now <= t < math.inf for d in (0.0, 0.5))}
+        for at in sorted(instants):
+            ctx = Context(now=at, config=self.coordinator.config)
+            once = advance(Outcome(record), ctx)
+            twice = advance(Outcome(once.group), ctx)
+            assert twice.events == (), f"a second evaluation at t={at} did more: {twice.events}"
+            assert twice.group == once.group, f"a second evaluation at t={at} changed the group"
 
     def check(self) -> None:
         """All safety properties; run after every rule and every member step."""
