@@ -1,13 +1,18 @@
 """Decoding Kafka values in the JVM: raw bytes, UTF-8 text, or JSON into a declared Spark schema.
 
-`decode` turns the raw record frame (pipelines.reader.RECORD_SCHEMA) into the shape every later stage
-sees: a `kafka` struct column (topic, partition, offset, timestamp, key, headers), the decoded value
-columns (the top-level fields of the JSON schema, or a single `value` column), and two bookkeeping
-columns: the raw value bytes (kept for quarantine) and a failure reason (null when the record decoded).
+`decode` turns the raw record frame (pipelines.reader.RECORD_SCHEMA) into the shape the batch persists:
+the Kafka coordinates as flat internal columns (`_cohort_topic`, `_cohort_partition`, ...: flat columns
+cache far more cheaply than a struct), the decoded value columns (the top-level fields of the JSON
+schema, or a single `value` column), the raw value bytes (kept for quarantine) and a failure reason
+(null when the record decoded). `kafka_struct()` later gathers the coordinates into the public `kafka`
+struct column (topic, partition, offset, timestamp, key, headers) that the transform and the sinks see.
+
 JSON goes through Spark's `from_json` in PERMISSIVE mode with a corrupt-record column, so no Python runs
 per record; a record is malformed when it is not valid UTF-8, not a JSON object, does not fit the schema,
-or leaves a field the schema declares non-nullable empty. A null value (a tombstone) has nothing to decode
-and is quarantined in JSON mode; in `utf8` and `bytes` mode it stays a null `value`.
+or leaves a field the schema declares non-nullable empty. (Like Spark's JSON reader, the parser stops
+after the first complete JSON value, so trailing text after an object is ignored.) A null value (a
+tombstone) has nothing to decode and is quarantined in JSON mode; in `utf8` and `bytes` mode it stays a
+null `value`.
 """
 
 from __future__ import annotations
@@ -20,26 +25,48 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 __all__ = [
+    "INTERNAL_PREFIX",
     "KAFKA_COLUMN",
+    "KAFKA_FIELDS",
     "RAW_VALUE_COLUMN",
     "REASON_COLUMN",
     "RESERVED_COLUMNS",
     "ValueFormat",
     "decode",
+    "kafka_column",
+    "kafka_struct",
     "value_columns_schema",
 ]
 
 ValueFormat = Literal["bytes", "utf8", "json"]
 VALUE_FORMATS: tuple[str, ...] = ("bytes", "utf8", "json")
 
+INTERNAL_PREFIX = "_cohort_"
 KAFKA_COLUMN = "kafka"
-"""The struct column carrying each record's Kafka coordinates through every stage to the sink."""
-RAW_VALUE_COLUMN = "_cohort_raw_value"
-REASON_COLUMN = "_cohort_reason"
-_CORRUPT_FIELD = "_cohort_corrupt_record"
-RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition", RAW_VALUE_COLUMN, REASON_COLUMN})
-"""Names a value schema may not use: `kafka` carries the coordinates, `topic` and `partition` are the
-sink's directory partitions, the rest are internal."""
+"""The struct column carrying each record's Kafka coordinates from the transform to the sinks."""
+KAFKA_FIELDS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
+RAW_VALUE_COLUMN = f"{INTERNAL_PREFIX}raw_value"
+REASON_COLUMN = f"{INTERNAL_PREFIX}reason"
+_CORRUPT_FIELD = f"{INTERNAL_PREFIX}corrupt_record"
+RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition"})
+"""Names a value schema may not use (nor any name starting with `_cohort_`): `kafka` carries the
+coordinates, `topic` and `partition` are the sink's directory partitions."""
+
+
+def kafka_column(field: str) -> str:
+    """The internal flat column holding one Kafka coordinate (`offset` -> `_cohort_offset`)."""
+    if field not in KAFKA_FIELDS:
+        raise ValueError(f"unknown Kafka field {field!r}; fields are {KAFKA_FIELDS}")
+    return f"{INTERNAL_PREFIX}{field}"
+
+
+def kafka_struct() -> Column:
+    """The public `kafka` struct from the flat coordinates; the timestamp becomes a Spark timestamp."""
+    fields = [
+        (F.timestamp_millis(F.col(kafka_column(f))) if f == "timestamp" else F.col(kafka_column(f))).alias(f)
+        for f in KAFKA_FIELDS
+    ]
+    return F.struct(*fields).alias(KAFKA_COLUMN)
 
 
 def value_columns_schema(value_format: str, value_schema: StructType | None) -> StructType:
@@ -56,27 +83,16 @@ def value_columns_schema(value_format: str, value_schema: StructType | None) -> 
         return StructType([StructField("value", BinaryType() if value_format == "bytes" else StringType())])
     if not isinstance(value_schema, StructType) or not value_schema.fields:
         raise ValueError("the 'json' value format needs a non-empty Spark StructType schema for the values")
-    clashes = sorted({f.name for f in value_schema.fields} & RESERVED_COLUMNS)
+    names = [f.name for f in value_schema.fields]
+    clashes = sorted(n for n in names if n in RESERVED_COLUMNS or n.startswith(INTERNAL_PREFIX))
     if clashes:
         raise ValueError(
             f"value schema field(s) {clashes} clash with names the pipeline reserves "
-            f"({sorted(RESERVED_COLUMNS)}); rename them in the schema"
+            f"({sorted(RESERVED_COLUMNS)} and the {INTERNAL_PREFIX!r} prefix); rename them in the schema"
         )
-    names = [f.name for f in value_schema.fields]
     if len(set(names)) != len(names):
         raise ValueError(f"value schema has duplicate field names: {names}")
     return value_schema
-
-
-def _kafka_struct() -> Column:
-    return F.struct(
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
-        F.col("key"),
-        F.col("headers"),
-    ).alias(KAFKA_COLUMN)
 
 
 def _bad_utf8(column: str) -> Column:
@@ -84,7 +100,7 @@ def _bad_utf8(column: str) -> Column:
     return F.col(column).isNotNull() & ~F.is_valid_utf8(F.col(column).cast("string"))
 
 
-def _first_reason(*cases: tuple[Column, str | Column]) -> Column:
+def _first_reason(*cases: tuple[Column, Column]) -> Column:
     """The reason of the first case whose condition holds, else null."""
     result: Any = F
     for condition, reason in cases:
@@ -95,24 +111,25 @@ def _first_reason(*cases: tuple[Column, str | Column]) -> Column:
 def decode(
     raw: DataFrame, value_format: str, value_schema: StructType | None = None, *, keep: Sequence[str] = ()
 ) -> DataFrame:
-    """Decode `raw` (RECORD_SCHEMA rows) into kafka + value columns + raw value + reason (see module doc).
+    """Decode `raw` (RECORD_SCHEMA rows) into coordinates + value columns + raw value + reason.
 
     Columns named in `keep` are carried through unchanged, after the value columns.
     """
     columns = value_columns_schema(value_format, value_schema)
-    kafka = _kafka_struct()
+    coordinates = [F.col(f).alias(kafka_column(f)) for f in KAFKA_FIELDS]
     kept = [F.col(name) for name in keep]
     raw_value = F.col("value").alias(RAW_VALUE_COLUMN)
     if value_format == "bytes":
-        return raw.select(kafka, F.col("value"), *kept, raw_value, F.lit(None).cast("string").alias(REASON_COLUMN))
+        no_reason = F.lit(None).cast("string").alias(REASON_COLUMN)
+        return raw.select(*coordinates, F.col("value"), *kept, raw_value, no_reason)
     text = F.col("value").cast("string")  # Spark's cast does not check UTF-8: _bad_utf8 does
     if value_format == "utf8":
         reason = _first_reason((_bad_utf8("value"), F.lit("value is not valid UTF-8")))
-        return raw.select(kafka, text.alias("value"), *kept, raw_value, reason.alias(REASON_COLUMN))
+        return raw.select(*coordinates, text.alias("value"), *kept, raw_value, reason.alias(REASON_COLUMN))
 
     parse_schema = StructType([*columns.fields, StructField(_CORRUPT_FIELD, StringType())])
     parsed = F.from_json(text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT_FIELD})
-    staged = raw.select(kafka, parsed.alias("_parsed"), *kept, raw_value)
+    staged = raw.select(*coordinates, parsed.alias("_parsed"), *kept, raw_value)
     corrupt = F.col("_parsed").getField(_CORRUPT_FIELD)
     required = [f.name for f in columns.fields if not f.nullable]
     reason = _first_reason(
@@ -129,7 +146,7 @@ def decode(
         ],
     )
     return staged.select(
-        KAFKA_COLUMN,
+        *[kafka_column(f) for f in KAFKA_FIELDS],
         *[F.col("_parsed").getField(f.name).alias(f.name) for f in columns.fields],
         *keep,
         RAW_VALUE_COLUMN,

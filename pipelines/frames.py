@@ -1,8 +1,9 @@
 """The batch's DataFrames: read -> decode -> validate once, then split into sink and quarantine frames.
 
-`checked_frame` is the one frame the batch persists: every consumed record with its `kafka` coordinates,
-decoded value columns, consumed size, failure reason (null when valid) and, for failures only, the raw
-value bytes. Counting, the sink write and the quarantine write all read that persisted frame, so each
+`checked_frame` is the one frame the batch persists: every consumed record with its Kafka coordinates
+(flat internal columns), decoded value columns, consumed size, failure reason (null when valid) and, for
+failures only, the raw value bytes. The sink and quarantine frames gather the coordinates into the
+public `kafka` struct. Counting, the sink write and the quarantine write all read that persisted frame, so each
 range is read from Kafka once.
 """
 
@@ -15,7 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode
+from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode, kafka_column, kafka_struct
 from pipelines.reader import OffsetSpan, read_spans
 from pipelines.spec import PipelineSpec
 from pipelines.validate import failure_reason
@@ -53,7 +54,7 @@ def checked_frame(
 def stats_by_partition(checked: DataFrame) -> dict[tuple[str, int], tuple[int, int, int]]:
     """(consumed, quarantined, bytes) per (topic, partition), from one aggregation."""
     rows = (
-        checked.groupBy(F.col(f"{KAFKA_COLUMN}.topic").alias("t"), F.col(f"{KAFKA_COLUMN}.partition").alias("p"))
+        checked.groupBy(F.col(kafka_column("topic")).alias("t"), F.col(kafka_column("partition")).alias("p"))
         .agg(F.count(F.lit(1)).alias("n"), F.count(REASON_COLUMN).alias("q"), F.sum(BYTES_COLUMN).alias("b"))
         .collect()
     )
@@ -68,7 +69,9 @@ def _with_partition_columns(frame: DataFrame) -> DataFrame:
 
 def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Valid records through the user transform, plus `topic`/`partition` for the staging layout."""
-    valid = checked.filter(F.col(REASON_COLUMN).isNull()).drop(RAW_VALUE_COLUMN, REASON_COLUMN, BYTES_COLUMN)
+    valid = checked.filter(F.col(REASON_COLUMN).isNull()).select(
+        kafka_struct(), *[F.col(f"`{name}`") for name in spec.value_columns.names]
+    )
     if spec.transform is not None:
         valid = spec.transform(valid)
         if not isinstance(valid, DataFrame):
@@ -90,6 +93,6 @@ def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
 def quarantine_frame(checked: DataFrame) -> DataFrame:
     """Failed records: `kafka` coordinates, the raw `value` bytes and the `reason`."""
     failed = checked.filter(F.col(REASON_COLUMN).isNotNull()).select(
-        KAFKA_COLUMN, F.col(RAW_VALUE_COLUMN).alias("value"), F.col(REASON_COLUMN).alias("reason")
+        kafka_struct(), F.col(RAW_VALUE_COLUMN).alias("value"), F.col(REASON_COLUMN).alias("reason")
     )
     return _with_partition_columns(failed)

@@ -50,7 +50,6 @@ RECORD_SCHEMA = pa.schema(
 """The Arrow schema of raw records, one row per Kafka message."""
 
 _second = itemgetter(1)
-_SPAN_SCHEMA = "topic string, partition int, from_offset long, until_offset long"
 
 READER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
@@ -247,17 +246,18 @@ def read_spans(
     passed to `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
     """
     kafka_config = dict(config)
+    table = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for row in batch.to_pylist():
-                span = OffsetSpan(row["topic"], row["partition"], row["from_offset"], row["until_offset"])
+            for index in batch.column(0).to_pylist():
+                span = OffsetSpan(*table[index])
                 started = time.perf_counter()
                 yield from read_range(kafka_config, span, **read_options)
                 if read_seconds is not None:
                     read_seconds.add({(span.topic, span.partition): time.perf_counter() - started})
 
-    rows = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
-    # parallelize with one slice per span: exactly one span per Spark task.
-    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), _SPAN_SCHEMA)
+    # One row (the span's index) per partition, so exactly one span per Spark task. spark.range runs in
+    # the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.
+    plan = spark.range(0, len(table), 1, numPartitions=max(len(table), 1))
     return plan.mapInArrow(read_partition, record_spark_schema())

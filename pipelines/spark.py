@@ -16,6 +16,7 @@ __all__ = ["build_session"]
 
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",

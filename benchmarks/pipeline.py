@@ -1,0 +1,172 @@
+"""Pipeline throughput: a plain confluent-kafka consumer vs Cohort's end-to-end batch, in one run.
+
+On the embedded Tansu broker: produce N JSON records over 8 partitions (batched), read them all with a
+single plain consumer (the raw rate), start Spark (timed separately), then run one `run_batch` over the
+8 partitions: read (mapInArrow + confluent-kafka), decode (from_json), validate (pandera model as Spark
+expressions), write Parquet, check counts, commit to the ledger (SQLite coordinator) and mirror to Kafka.
+One record in 1,000 is malformed, so the quarantine path runs too.
+
+Usage:
+    python benchmarks/pipeline.py            # 1M records
+    python benchmarks/pipeline.py --quick    # 200k records
+
+The last line printed is one JSON object: {"records", "raw_rate", "pipeline_rate", "ratio",
+"spark_startup_s"}. `raw_rate` is the plain consumer with librdkafka's default settings; the table above
+it also shows a consumer tuned like the pipeline's readers (fetch.queue.backoff.ms), for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandera.pyspark as pa
+import pyspark.sql.types as T
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from assignment import TopicPartition
+from assignment.coordinator import Coordinator
+from pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
+from pipelines.kafka_client import create_topic, produce
+from pipelines.reader import READER_DEFAULTS
+from resources.embedded_broker import EmbeddedBroker
+
+TOPIC = "bench-events"
+GROUP = "bench-pipeline"
+SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType(), nullable=False),
+        T.StructField("user", T.StringType()),
+        T.StructField("amount", T.DoubleType()),
+        T.StructField("country", T.StringType()),
+        T.StructField("ts", T.LongType()),
+    ]
+)
+
+
+class Event(pa.DataFrameModel):
+    """The benchmark's validation: a non-negative id, a bounded amount, a known country."""
+
+    id: T.LongType() = pa.Field(ge=0)  # type: ignore[valid-type]
+    amount: T.DoubleType() = pa.Field(ge=0, lt=10_000)  # type: ignore[valid-type]
+    country: T.StringType() = pa.Field(isin=["FR", "DE", "ES", "IT"], nullable=True)  # type: ignore[valid-type]
+
+
+def events(count: int, partitions: int) -> Iterator[tuple[int, bytes, bytes]]:
+    countries = ["FR", "DE", "ES", "IT"]
+    for i in range(count):
+        if i % 1000 == 999:
+            value = b'{"id": "not-a-number"'
+        else:
+            value = json.dumps(
+                {
+                    "id": i,
+                    "user": f"user-{i % 5000}",
+                    "amount": (i % 997) * 1.5,
+                    "country": countries[i % 4],
+                    "ts": 1_700_000_000_000 + i,
+                }
+            ).encode()
+        yield i % partitions, f"key-{i}".encode(), value
+
+
+def raw_consume(config: Mapping[str, Any], partitions: int, count: int, settings: Mapping[str, Any]) -> float:
+    """Seconds for one plain consumer to read `count` records of every partition, touching each value."""
+    consumer = Consumer({**config, "group.id": "bench-raw", "enable.auto.commit": False, **settings})
+    started = time.perf_counter()
+    consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    remaining, size = count, 0
+    while remaining:
+        messages = consumer.consume(min(10_000, remaining), 10.0)
+        if not messages:
+            raise RuntimeError(f"raw consumer stalled with {remaining} records left")
+        for message in messages:
+            if message.error() is not None:
+                raise RuntimeError(f"raw consumer error: {message.error()}")
+            size += len(message.value())
+        remaining -= len(messages)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="200k records instead of 1M")
+    parser.add_argument("--records", type=int, default=None, help="number of records (overrides --quick)")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--java-options", default=None, help="extra JVM options for the Spark driver (experiments)")
+    args = parser.parse_args()
+    count = args.records or (200_000 if args.quick else 1_000_000)
+
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="cohort-bench-") as tmp:
+        config = {"bootstrap.servers": broker.bootstrap_servers}
+        create_topic(config, TOPIC, args.partitions)
+        started = time.perf_counter()
+        produce(config, TOPIC, events(count, args.partitions))
+        produce_s = time.perf_counter() - started
+
+        raw_s = raw_consume(config, args.partitions, count, {})
+        tuned = {"fetch.queue.backoff.ms": READER_DEFAULTS["fetch.queue.backoff.ms"]}
+        raw_tuned_s = raw_consume(config, args.partitions, count, tuned)
+
+        started = time.perf_counter()
+        conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else None
+        spark = build_session(app_name="cohort-bench", conf=conf)
+        spark.sparkContext.setLogLevel("ERROR")
+        # start the Python worker pool: part of starting Spark, not of any batch
+        spark.range(2, numPartitions=2).mapInArrow(lambda batches: batches, "id long").count()
+        startup_s = time.perf_counter() - started
+
+        coordinator = Coordinator.from_url(f"sqlite:///{tmp}/cohort.db")
+        spec = PipelineSpec(sink_path=f"{tmp}/lake", value_schema=SCHEMA, model=Event)
+        partitions = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
+        started = time.perf_counter()
+        result = run_batch(
+            spark,
+            spec,
+            config,
+            partitions,
+            coordinator.standalone_ledger(GROUP),
+            group=GROUP,
+            mirror=KafkaOffsetMirror(config),
+        )
+        pipeline_s = time.perf_counter() - started
+        if result.records + result.quarantined != count or result.quarantined != count // 1000:
+            raise SystemExit(f"counts do not add up: {result.records} + {result.quarantined} != {count}")
+        if result.mirror_error:
+            raise SystemExit(f"mirror failed: {result.mirror_error}")
+        spark.stop()
+        coordinator.close()
+
+    raw_rate, pipeline_rate = count / raw_s, count / pipeline_s
+    print(f"records                 {count:>12,} over {args.partitions} partitions (produced in {produce_s:.1f} s)")
+    print(f"raw consumer (default)  {raw_rate:>12,.0f} records/s  ({raw_s:.2f} s)")
+    print(f"raw consumer (tuned)    {count / raw_tuned_s:>12,.0f} records/s  ({raw_tuned_s:.2f} s)")
+    print(f"spark start-up          {startup_s:>12.2f} s (session + Python worker pool)")
+    print(f"pipeline end to end     {pipeline_rate:>12,.0f} records/s  ({pipeline_s:.2f} s)")
+    for stage, seconds in result.stage_seconds.items():
+        rate = f"{count / seconds:>12,.0f} records/s" if seconds > 0 else ""
+        print(f"  {stage:<21} {seconds:>8.2f} s  {rate}")
+    print(f"ratio pipeline/raw      {pipeline_rate / raw_rate:>12.2f}  (vs tuned raw: {raw_tuned_s / pipeline_s:.2f})")
+    summary = {
+        "records": count,
+        "raw_rate": round(raw_rate),
+        "pipeline_rate": round(pipeline_rate),
+        "ratio": round(pipeline_rate / raw_rate, 3),
+        "spark_startup_s": round(startup_s, 2),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
