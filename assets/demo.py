@@ -13,6 +13,7 @@ non-zero unless produced = in_sink + quarantined, duplicates = gaps = lag = 0.
 """
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -165,6 +166,7 @@ def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
     """Run the story (it prints the `cohort describe` table last); returns the summary and the audit text."""
     from pipelines.kafka_client import partition_counts
     from resources.embedded_broker import EmbeddedBroker
+    from resources.kafka import release_shared_clients
 
     root = root or Path(tempfile.mkdtemp(prefix="cohort-demo-"))
     with EmbeddedBroker() as broker:
@@ -206,6 +208,10 @@ def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
             summary, report = _audit(env, defs, coordinator, instance, produced)
             defs.resources["kafka"].close()
         coordinator.close()
+        # Drop the process-wide admin clients before the broker stops, so none of them logs "connection
+        # refused" after the summary line.
+        release_shared_clients()
+        gc.collect()
     return summary, report
 
 
