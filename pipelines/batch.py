@@ -7,7 +7,8 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 Guarantees (SPEC section 5):
 
 - each range is read from Kafka once; the decoded, validated frame is persisted and everything after
-  reads it;
+  reads it; the readers count what they consumed (records and bytes per partition, in a Spark
+  accumulator);
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
   consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
 - ranges are published by directory renames (a rerun replaces an uncommitted leftover), then committed
@@ -35,17 +36,18 @@ from pyspark import StorageLevel
 
 from assignment.ledger import OffsetLedger, OffsetMirror
 from assignment.types import OffsetRange, TopicPartition
-from pipelines.frames import checked_frame, quarantine_frame, sink_frame, stats_by_partition
+from pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from pipelines.positions import gather_positions
-from pipelines.reader import seconds_accumulator
+from pipelines.reader import read_stats_accumulator
 from pipelines.results import BatchResult, CountMismatchError, PartitionResult
 from pipelines.sink import HadoopFs, SinkLayout
 from pipelines.spec import PipelineSpec
 
 __all__ = ["plan_for", "run_batch"]
 
-Stats = Mapping[tuple[str, int], tuple[int, int, int]]
+Stats = Mapping[TopicPartition, tuple[int, int, float]]
+"""Per partition: records and key + value bytes consumed, and the reading tasks' seconds."""
 
 
 _UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
@@ -107,7 +109,7 @@ def _verify(
     """consumed == written + quarantined for every range, else CountMismatchError naming each range."""
     problems = []
     for p in plan.to_read:
-        consumed = stats.get(p.tp, (0, 0, 0))[0]
+        consumed = stats.get(p.tp, (0, 0, 0.0))[0]
         w, q = written.get(p.tp, 0), quarantined.get(p.tp, 0)
         if consumed != w + q:
             problems.append(
@@ -149,8 +151,8 @@ def _partition_result(
     stats: Stats,
     written: Mapping[TopicPartition, int],
     quarantined: Mapping[TopicPartition, int],
-    seconds: Mapping[tuple[str, int], float],
 ) -> PartitionResult:
+    _, size, seconds = stats.get(p.tp, (0, 0, 0.0))
     return PartitionResult(
         topic=p.tp.topic,
         partition=p.tp.partition,
@@ -158,8 +160,8 @@ def _partition_result(
         until_offset=p.until_offset,
         records=written.get(p.tp, 0),
         quarantined=quarantined.get(p.tp, 0),
-        bytes=stats.get(p.tp, (0, 0, 0))[2],
-        seconds=seconds.get((p.tp.topic, p.tp.partition), 0.0),
+        bytes=size,
+        seconds=seconds,
         start=p.start,
         gap=p.gap,
         warning=p.warning,
@@ -206,7 +208,6 @@ def run_batch(
     stats: Stats = {}
     written: dict[TopicPartition, int] = {}
     quarantined: dict[TopicPartition, int] = {}
-    seconds: Mapping[tuple[str, int], float] = {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     sink_dirs: list[str] = []
     quarantine_dirs: list[str] = []
@@ -215,16 +216,17 @@ def run_batch(
     checked = None
     try:
         if plan.spans:
-            accumulator = seconds_accumulator(spark)
+            accumulator = read_stats_accumulator(spark)
             checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
             with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
                 checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
             with _timed(stages, "read"):
-                stats = {TopicPartition(t, p): v for (t, p), v in stats_by_partition(checked).items()}
-            seconds = dict(accumulator.value)
+                failed = materialize(checked)
+            stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
             with _timed(stages, "write"):
                 _write_staged(spark, sink_frame(checked, spec), sink.staging_root(attempt), spec.compression)
-                if any(q for _, q, _ in stats.values()):
+            if failed:
+                with _timed(stages, "quarantine"):
                     _write_staged(spark, quarantine_frame(checked), quarantine.staging_root(attempt), spec.compression)
             with _timed(stages, "verify"):
                 assert fs is not None
@@ -268,7 +270,7 @@ def run_batch(
                 mirror_error = f"{type(exc).__name__}: {exc}"
     return BatchResult(
         run_id=run_id,
-        partitions=tuple(_partition_result(p, stats, written, quarantined, seconds) for p in plan.partitions),
+        partitions=tuple(_partition_result(p, stats, written, quarantined) for p in plan.partitions),
         committed=tuple(ranges),
         sink_dirs=tuple(sink_dirs),
         quarantine_dirs=tuple(quarantine_dirs),

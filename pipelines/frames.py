@@ -1,10 +1,10 @@
 """The batch's DataFrames: read -> decode -> validate once, then split into sink and quarantine frames.
 
 `checked_frame` is the one frame the batch persists: every consumed record with its Kafka coordinates
-(flat internal columns), decoded value columns, consumed size, failure reason (null when valid) and, for
-failures only, the raw value bytes. The sink and quarantine frames gather the coordinates into the
-public `kafka` struct. Counting, the sink write and the quarantine write all read that persisted frame, so each
-range is read from Kafka once.
+(flat internal columns), decoded value columns, failure reason (null when valid) and, for failures
+only, the raw value bytes. The sink and quarantine frames gather the coordinates into the
+public `kafka` struct. Materializing it, the sink write and the quarantine write all read that persisted frame,
+so each range is read from Kafka once.
 """
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode, kafka_column, kafka_struct
+from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode, kafka_struct
 from pipelines.reader import OffsetSpan, read_spans
 from pipelines.spec import PipelineSpec
 from pipelines.validate import failure_reason
 
-__all__ = ["BYTES_COLUMN", "TransformError", "checked_frame", "quarantine_frame", "sink_frame", "stats_by_partition"]
+__all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
 
-BYTES_COLUMN = "_cohort_bytes"
 _PARTITION_COLUMNS = ("topic", "partition")
 
 
@@ -32,33 +31,34 @@ class TransformError(ValueError):
 
 
 def checked_frame(
-    spark: Any, spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan], read_seconds: Any
+    spark: Any, spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan], read_stats: Any
 ) -> DataFrame:
     """Read `spans`, decode and validate: one row per consumed record (see the module doc)."""
     raw = read_spans(
         spark,
         {**kafka_config, **spec.consumer_config},
         spans,
-        read_seconds=read_seconds,
+        read_stats=read_stats,
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
-    decoded = decode(raw.withColumn(BYTES_COLUMN, size), spec.value_format, spec.value_schema, keep=(BYTES_COLUMN,))
+    decoded = decode(raw, spec.value_format, spec.value_schema)
     reason = F.coalesce(F.col(REASON_COLUMN), failure_reason(spec.row_checks))
     return decoded.withColumn(REASON_COLUMN, reason).withColumn(
         RAW_VALUE_COLUMN, F.when(F.col(REASON_COLUMN).isNotNull(), F.col(RAW_VALUE_COLUMN))
     )
 
 
-def stats_by_partition(checked: DataFrame) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """(consumed, quarantined, bytes) per (topic, partition), from one aggregation."""
-    rows = (
-        checked.groupBy(F.col(kafka_column("topic")).alias("t"), F.col(kafka_column("partition")).alias("p"))
-        .agg(F.count(F.lit(1)).alias("n"), F.count(REASON_COLUMN).alias("q"), F.sum(BYTES_COLUMN).alias("b"))
-        .collect()
-    )
-    return {(r["t"], r["p"]): (int(r["n"]), int(r["q"]), int(r["b"] or 0)) for r in rows}
+def materialize(checked: DataFrame) -> int:
+    """Compute (and so cache, if persisted) every row of `checked`; returns how many failed.
+
+    A no-op write of the observed frame: one job with no shuffle, so the reader's accumulator counts
+    each record once, and the failure count comes back with it (Spark's Observation).
+    """
+    observation = Observation("cohort-checked")
+    observed = checked.observe(observation, F.count(REASON_COLUMN).alias("failed"))
+    observed.write.format("noop").mode("overwrite").save()
+    return int(observation.get["failed"])
 
 
 def _with_partition_columns(frame: DataFrame) -> DataFrame:

@@ -28,10 +28,11 @@ __all__ = [
     "RECORD_SCHEMA",
     "OffsetSpan",
     "ReadError",
+    "ReadStats",
     "read_range",
     "read_spans",
+    "read_stats_accumulator",
     "record_spark_schema",
-    "seconds_accumulator",
 ]
 
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -209,26 +210,37 @@ def _triage(messages: list[Any], span: OffsetSpan, next_offset: int) -> tuple[li
     return good, transient, past_end
 
 
-class _SecondsParam(AccumulatorParam):  # type: ignore[type-arg]
-    """Merges {(topic, partition): seconds} dicts by summing per key."""
+ReadStats = dict[tuple[str, int], tuple[int, int, float]]
+"""(topic, partition) -> (records, key + value bytes, seconds) read by the tasks of a job."""
 
-    def zero(self, value: dict[tuple[str, int], float]) -> dict[tuple[str, int], float]:
+
+class _ReadStatsParam(AccumulatorParam):  # type: ignore[type-arg]
+    """Merges ReadStats dicts by summing per key."""
+
+    def zero(self, value: ReadStats) -> ReadStats:
         return {}
 
-    def addInPlace(
-        self, total: dict[tuple[str, int], float], more: dict[tuple[str, int], float]
-    ) -> dict[tuple[str, int], float]:
-        for key, seconds in more.items():
-            total[key] = total.get(key, 0.0) + seconds
+    def addInPlace(self, total: ReadStats, more: ReadStats) -> ReadStats:
+        for key, (records, size, seconds) in more.items():
+            before = total.get(key, (0, 0, 0.0))
+            total[key] = (before[0] + records, before[1] + size, before[2] + seconds)
         return total
 
 
-def seconds_accumulator(spark: Any) -> Any:
-    """A Spark accumulator of reading seconds per (topic, partition), for `read_spans(read_seconds=...)`.
+def read_stats_accumulator(spark: Any) -> Any:
+    """A Spark accumulator of ReadStats for `read_spans(read_stats=...)`.
 
-    Task retries may add a span's time twice: it is a measurement for reports, never used for counts.
+    Spark applies a task's accumulator update once, when the task succeeds in a job's result stage, so
+    when the read runs in a job without shuffles (as in run_batch) the figures count each record once.
+    A job that had to read a span again (a lost cached block) would count it twice: run_batch then
+    fails its count check rather than commit.
     """
-    return spark.sparkContext.accumulator({}, _SecondsParam())
+    return spark.sparkContext.accumulator({}, _ReadStatsParam())
+
+
+def _size(batch: pa.RecordBatch) -> int:
+    """Key + value bytes of a batch."""
+    return sum(int(pc.sum(pc.binary_length(batch.column(name))).as_py() or 0) for name in ("key", "value"))
 
 
 def read_spans(
@@ -236,13 +248,13 @@ def read_spans(
     config: Mapping[str, Any],
     spans: Sequence[OffsetSpan],
     *,
-    read_seconds: Any = None,
+    read_stats: Any = None,
     **read_options: Any,
 ) -> Any:
     """A Spark DataFrame of the raw records of `spans` (schema RECORD_SCHEMA), one Spark task per span.
 
-    `read_seconds`, when given, is an accumulator from `seconds_accumulator` that each task adds its
-    reading time to, keyed by (topic, partition). `read_options` are
+    `read_stats`, when given, is an accumulator from `read_stats_accumulator` that each task adds its
+    records, bytes and reading time to, keyed by (topic, partition). `read_options` are
     passed to `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
     """
     kafka_config = dict(config)
@@ -252,10 +264,13 @@ def read_spans(
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 span = OffsetSpan(*table[index])
-                started = time.perf_counter()
-                yield from read_range(kafka_config, span, **read_options)
-                if read_seconds is not None:
-                    read_seconds.add({(span.topic, span.partition): time.perf_counter() - started})
+                started, records, size = time.perf_counter(), 0, 0
+                for batch in read_range(kafka_config, span, **read_options):
+                    records += batch.num_rows
+                    size += _size(batch)
+                    yield batch
+                if read_stats is not None:
+                    read_stats.add({(span.topic, span.partition): (records, size, time.perf_counter() - started)})
 
     # One row (the span's index) per partition, so exactly one span per Spark task. spark.range runs in
     # the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -89,12 +90,12 @@ class PipelineSpec:
             raise ValueError("read_timeout_s must be > 0 and consume_batch_size >= 1")
         self.limits()  # validates the caps
 
-    @property
+    @cached_property
     def value_columns(self) -> StructType:
         """The decoded value columns the model and the transform see (besides `kafka`)."""
         return value_columns_schema(self.value_format, self.value_schema)
 
-    @property
+    @cached_property
     def row_checks(self) -> tuple[RowCheck, ...]:
         """The model compiled to row-level checks (empty without a model)."""
         return () if self.model is None else compile_model(self.model, self.value_columns)
