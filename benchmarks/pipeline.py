@@ -82,10 +82,38 @@ def events(count: int, partitions: int) -> Iterator[tuple[int, bytes, bytes]]:
         yield i % partitions, f"key-{i}".encode(), value
 
 
-def raw_consume(config: Mapping[str, Any], partitions: int, count: int, settings: Mapping[str, Any]) -> float:
-    """Seconds for one plain consumer to read `count` records of every partition, touching each value."""
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (plus reaped children), from /proc (Linux)."""
+
+    def stat(p: int) -> list[str]:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                children.setdefault(int(stat(int(entry))[1]), []).append(int(entry))
+            except OSError:
+                continue
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            fields = stat(current)
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        stack.extend(children.get(current, []))
+    return total
+
+
+def raw_consume(
+    config: Mapping[str, Any], partitions: int, count: int, settings: Mapping[str, Any]
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) for one plain consumer to read `count` records, touching each value."""
     consumer = Consumer({**config, "group.id": "bench-raw", "enable.auto.commit": False, **settings})
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(partitions)])
     remaining, size = count, 0
     while remaining:
@@ -97,9 +125,9 @@ def raw_consume(config: Mapping[str, Any], partitions: int, count: int, settings
                 raise RuntimeError(f"raw consumer error: {message.error()}")
             size += len(message.value())
         remaining -= len(messages)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     consumer.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -118,9 +146,9 @@ def main() -> None:
         produce(config, TOPIC, events(count, args.partitions))
         produce_s = time.perf_counter() - started
 
-        raw_s = raw_consume(config, args.partitions, count, {})
+        raw_s, raw_cpu = raw_consume(config, args.partitions, count, {})
         tuned = {"fetch.queue.backoff.ms": READER_DEFAULTS["fetch.queue.backoff.ms"]}
-        raw_tuned_s = raw_consume(config, args.partitions, count, tuned)
+        raw_tuned_s, raw_tuned_cpu = raw_consume(config, args.partitions, count, tuned)
 
         started = time.perf_counter()
         conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else None
@@ -130,6 +158,7 @@ def main() -> None:
         spark.range(2, numPartitions=2).mapInArrow(lambda batches: batches, "id long").count()
         startup_s = time.perf_counter() - started
 
+        jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         coordinator = Coordinator.from_url(f"sqlite:///{tmp}/cohort.db")
         mirror = KafkaOffsetMirror(config)
         partitions = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
@@ -137,10 +166,11 @@ def main() -> None:
         for name in ("cold", "warm"):  # the same records again, for a fresh group and sink, in the same JVM
             spec = PipelineSpec(sink_path=f"{tmp}/lake-{name}", value_schema=SCHEMA, model=Event)
             ledger = coordinator.standalone_ledger(f"{GROUP}-{name}")
-            load = os.getloadavg()[0]
+            load, cpu = os.getloadavg()[0], _tree_cpu_s(jvm_pid) + time.process_time()
             started = time.perf_counter()
             result = run_batch(spark, spec, config, partitions, ledger, group=f"{GROUP}-{name}", mirror=mirror)
-            runs.append((time.perf_counter() - started, result, load))
+            cpu = _tree_cpu_s(jvm_pid) + time.process_time() - cpu
+            runs.append((time.perf_counter() - started, result, load, cpu))
             if result.records + result.quarantined != count or result.quarantined != count // 1000:
                 raise SystemExit(f"counts do not add up: {result.records} + {result.quarantined} != {count}")
             if result.mirror_error:
@@ -148,17 +178,26 @@ def main() -> None:
         spark.stop()
         coordinator.close()
 
-    (pipeline_s, result, load), (warm_s, _, warm_load) = runs
+    (pipeline_s, result, load, cpu), (warm_s, _, warm_load, warm_cpu) = runs
     raw_rate, pipeline_rate = count / raw_s, count / pipeline_s
     print(f"records                 {count:>12,} over {args.partitions} partitions (produced in {produce_s:.1f} s)")
-    print(f"raw consumer (default)  {raw_rate:>12,.0f} records/s  ({raw_s:.2f} s)")
-    print(f"raw consumer (tuned)    {count / raw_tuned_s:>12,.0f} records/s  ({raw_tuned_s:.2f} s)")
+    print(f"raw consumer (default)  {raw_rate:>12,.0f} records/s  ({raw_s:.2f} s, {raw_cpu:.1f} CPU s)")
+    print(
+        f"raw consumer (tuned)    {count / raw_tuned_s:>12,.0f} records/s  "
+        f"({raw_tuned_s:.2f} s, {raw_tuned_cpu:.1f} CPU s)"
+    )
     print(f"spark start-up          {startup_s:>12.2f} s (session + Python worker pool)")
-    print(f"pipeline end to end     {pipeline_rate:>12,.0f} records/s  ({pipeline_s:.2f} s, first batch of the JVM)")
+    print(
+        f"pipeline end to end     {pipeline_rate:>12,.0f} records/s  "
+        f"({pipeline_s:.2f} s, {cpu:.1f} CPU s, first batch of the JVM)"
+    )
     for stage, seconds in result.stage_seconds.items():
         rate = f"{count / seconds:>12,.0f} records/s" if seconds > 0 else ""
         print(f"  {stage:<21} {seconds:>8.2f} s  {rate}")
-    print(f"pipeline, warm JVM      {count / warm_s:>12,.0f} records/s  ({warm_s:.2f} s, second batch)")
+    print(
+        f"pipeline, warm JVM      {count / warm_s:>12,.0f} records/s  "
+        f"({warm_s:.2f} s, {warm_cpu:.1f} CPU s, second batch)"
+    )
     print(
         f"ratio pipeline/raw      {pipeline_rate / raw_rate:>12.2f}  (vs tuned raw: {raw_tuned_s / pipeline_s:.2f}; "
         f"warm JVM: {raw_s / warm_s:.2f} and {raw_tuned_s / warm_s:.2f})"
