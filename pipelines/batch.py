@@ -168,6 +168,48 @@ def _partition_result(
     )
 
 
+def _stage(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    plan: BatchPlan,
+    fs: HadoopFs,
+    attempt: str,
+    stages: dict[str, float],
+) -> tuple[Stats, dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Read, decode and validate the plan's spans once (persisted), write both outputs to staging, count
+    them from the staged footers and check the counts; returns (consumed stats, written, quarantined)."""
+    if not plan.spans:
+        return {}, {}, {}
+    sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+    accumulator = read_stats_accumulator(spark)
+    checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
+    with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
+        checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with _timed(stages, "read"):
+            failed = materialize(checked)
+        stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
+        with _timed(stages, "write"):
+            _write_staged(spark, sink_frame(checked, spec), sink.staging_root(attempt), spec.compression)
+        if failed:
+            with _timed(stages, "quarantine"):
+                _write_staged(spark, quarantine_frame(checked), quarantine.staging_root(attempt), spec.compression)
+    finally:
+        checked.unpersist()
+    with _timed(stages, "verify"):
+        written = {
+            p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
+            for p in plan.to_read
+        }
+        quarantined = {
+            p.tp: fs.parquet_record_count(quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
+            for p in plan.to_read
+        }
+        _verify(plan, stats, written, quarantined)
+    return stats, written, quarantined
+
+
 def run_batch(
     spark: Any,
     spec: PipelineSpec,
@@ -205,62 +247,35 @@ def run_batch(
     stages: dict[str, float] = {}
     with _timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
-    stats: Stats = {}
-    written: dict[TopicPartition, int] = {}
-    quarantined: dict[TopicPartition, int] = {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    sink_dirs: list[str] = []
-    quarantine_dirs: list[str] = []
-    fs = HadoopFs(spark) if plan.partitions else None
-    to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
-    checked = None
+    fs = HadoopFs(spark)
+    published: tuple[list[str], list[str]] = ([], [])
+
+    def withdraw() -> None:
+        sink.withdraw(fs, attempt, published[0])
+        quarantine.withdraw(fs, attempt, published[1])
+
     try:
-        if plan.spans:
-            accumulator = read_stats_accumulator(spark)
-            checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
-            with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
-                checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
-            with _timed(stages, "read"):
-                failed = materialize(checked)
-            stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
-            with _timed(stages, "write"):
-                _write_staged(spark, sink_frame(checked, spec), sink.staging_root(attempt), spec.compression)
-            if failed:
-                with _timed(stages, "quarantine"):
-                    _write_staged(spark, quarantine_frame(checked), quarantine.staging_root(attempt), spec.compression)
-            with _timed(stages, "verify"):
-                assert fs is not None
-                for p in plan.to_read:
-                    written[p.tp] = fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
-                    quarantined[p.tp] = fs.parquet_record_count(
-                        quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition)
-                    )
-                _verify(plan, stats, written, quarantined)
+        stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
         ranges = _commit_ranges(plan, written, quarantined)
-        if fs is not None:
-            with _timed(stages, "publish"):
-                try:
-                    sink_dirs.extend(sink.publish(fs, attempt, to_publish))
-                    quarantine_dirs.extend(quarantine.publish(fs, attempt, to_publish))
-                except Exception:
-                    sink.withdraw(fs, attempt, sink_dirs)
-                    quarantine.withdraw(fs, attempt, quarantine_dirs)
-                    raise
+        to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
+        with _timed(stages, "publish"):
+            try:
+                published[0].extend(sink.publish(fs, attempt, to_publish))
+                published[1].extend(quarantine.publish(fs, attempt, to_publish))
+            except Exception:
+                withdraw()
+                raise
         if ranges:
             with _timed(stages, "commit"):
                 try:
                     ledger.commit(ranges, run_id=run_id)
-                except Exception:
-                    if fs is not None:
-                        sink.withdraw(fs, attempt, sink_dirs)
-                        quarantine.withdraw(fs, attempt, quarantine_dirs)
+                except Exception:  # refused (fenced, stale): this attempt's output must not stay visible
+                    withdraw()
                     raise
     finally:
-        if checked is not None:
-            checked.unpersist()
-        if fs is not None:
-            sink.discard_staging(fs, attempt)
-            quarantine.discard_staging(fs, attempt)
+        sink.discard_staging(fs, attempt)
+        quarantine.discard_staging(fs, attempt)
     mirror_error = None
     if mirror is not None and group is not None and ranges:
         with _timed(stages, "mirror"):
@@ -272,8 +287,8 @@ def run_batch(
         run_id=run_id,
         partitions=tuple(_partition_result(p, stats, written, quarantined) for p in plan.partitions),
         committed=tuple(ranges),
-        sink_dirs=tuple(sink_dirs),
-        quarantine_dirs=tuple(quarantine_dirs),
+        sink_dirs=tuple(published[0]),
+        quarantine_dirs=tuple(published[1]),
         stage_seconds=stages,
         mirror_error=mirror_error,
     )
