@@ -25,7 +25,7 @@ from typing import Literal
 
 from assignment.names import validate_topic_name
 from assignment.types import OffsetRange, TopicPartition
-from pipelines.reader import OffsetSpan
+from pipelines.reader import OffsetSpan, validate_partition
 
 __all__ = [
     "BatchPlan",
@@ -121,8 +121,7 @@ class PartitionPosition:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.tp.topic)
-        if isinstance(self.tp.partition, bool) or not isinstance(self.tp.partition, int) or self.tp.partition < 0:
-            raise ValueError(f"partition must be an int >= 0, got {self.tp.partition!r} for topic {self.tp.topic!r}")
+        validate_partition(self.tp.topic, self.tp.partition)
         if not 0 <= self.low <= self.high:
             raise ValueError(
                 f"{self.tp}: watermarks must satisfy 0 <= low <= high, got low={self.low} high={self.high}"

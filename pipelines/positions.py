@@ -13,6 +13,7 @@ from assignment.names import validate_topic_name
 from assignment.types import TopicPartition
 from pipelines.kafka_client import offsets_for_times, watermarks
 from pipelines.plan import PartitionPosition, ResetPolicy
+from pipelines.reader import validate_partition
 
 __all__ = ["gather_positions"]
 
@@ -21,9 +22,7 @@ def _checked(tp: TopicPartition) -> TopicPartition:
     """The partition, after checking its topic name and number (before they reach the ledger or Kafka)."""
     topic, partition = tp
     validate_topic_name(topic)
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"partition must be an int >= 0, got {partition!r} for topic {topic!r}")
-    return TopicPartition(topic, partition)
+    return TopicPartition(topic, validate_partition(topic, partition))
 
 
 def gather_positions(

@@ -33,6 +33,7 @@ __all__ = [
     "read_spans",
     "read_stats_accumulator",
     "record_spark_schema",
+    "validate_partition",
 ]
 
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -65,6 +66,14 @@ READER_DEFAULTS: dict[str, Any] = {
 """librdkafka settings of the executor-side consumers; the caller's configuration overrides them."""
 
 
+def validate_partition(topic: str, partition: object) -> int:
+    """Return `partition` if it is an int >= 0 (not a bool), else raise ValueError naming it: partition
+    numbers end up in directory names and Kafka requests."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an int >= 0, got {partition!r} for topic {topic!r}")
+    return partition
+
+
 class ReadError(RuntimeError):
     """A span could not be read: the broker stayed silent, an error persisted past its retries, or the
     records are gone (offset out of range)."""
@@ -81,8 +90,7 @@ class OffsetSpan:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
-        if isinstance(self.partition, bool) or not isinstance(self.partition, int) or self.partition < 0:
-            raise ValueError(f"partition must be an int >= 0, got {self.partition!r} for topic {self.topic!r}")
+        validate_partition(self.topic, self.partition)
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise ValueError(
                 f"invalid span [{self.from_offset}, {self.until_offset}) for {self.topic}-{self.partition}"

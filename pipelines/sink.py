@@ -24,6 +24,7 @@ from typing import Any
 
 from assignment.names import validate_topic_name
 from assignment.types import TopicPartition
+from pipelines.reader import validate_partition
 
 __all__ = ["HadoopFs", "SinkError", "SinkLayout", "parse_range_dir"]
 
@@ -35,16 +36,10 @@ class SinkError(RuntimeError):
     """A sink operation failed: a rename or delete was refused, or the layout holds something unexpected."""
 
 
-def _check_partition(partition: object) -> int:
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"partition must be an int >= 0, got {partition!r}")
-    return partition
-
-
 def range_dir_name(topic: str, partition: int, from_offset: int, until_offset: int) -> str:
     """`<topic>-<partition>-<from>-<until>.parquet`, after checking every part is safe in a path."""
     validate_topic_name(topic)
-    _check_partition(partition)
+    validate_partition(topic, partition)
     if from_offset < 0 or until_offset < from_offset:
         raise ValueError(f"invalid offset range [{from_offset}, {until_offset}) for {topic}-{partition}")
     return f"{topic}-{partition}-{from_offset}-{until_offset}.parquet"
@@ -145,7 +140,7 @@ class SinkLayout:
 
     def partition_dir(self, topic: str, partition: int) -> str:
         validate_topic_name(topic)
-        return f"{self.root}/topic={topic}/partition={_check_partition(partition)}"
+        return f"{self.root}/topic={topic}/partition={validate_partition(topic, partition)}"
 
     def range_dir(self, topic: str, partition: int, from_offset: int, until_offset: int) -> str:
         name = range_dir_name(topic, partition, from_offset, until_offset)
@@ -158,7 +153,7 @@ class SinkLayout:
 
     def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
         validate_topic_name(topic)
-        return f"{self.staging_root(attempt)}/topic={topic}/partition={_check_partition(partition)}"
+        return f"{self.staging_root(attempt)}/topic={topic}/partition={validate_partition(topic, partition)}"
 
     def range_dirs(self, fs: HadoopFs, topic: str, partition: int) -> list[tuple[int, int, str]]:
         """(from, until, path) of every range directory of a partition, in offset order."""
