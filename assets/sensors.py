@@ -17,7 +17,6 @@ Kafka resource, which may hold secrets) and reuses the process's coordinator and
 """
 
 import hashlib
-import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ from assets.translator import CohortConfig, DagsterCohortTranslator
 from assets.worker import GENERATION_TAG, GROUP_TAG, SLOT_TAG, worker_run_config
 from assignment.clock import Clock
 from assignment.errors import CoordinatorError
-from assignment.group_state import EventKind, GroupRecord
+from assignment.group_state import EventKind, GroupRecord, subscribed_counts
 from resources.group import CohortGroupResource
 from resources.kafka import KafkaResource
 
@@ -223,11 +222,6 @@ def build_membership_sensor(
     return membership_sensor
 
 
-def _subscribed(config: CohortConfig, counts: Mapping[str, int]) -> dict[str, int]:
-    regex = re.compile(config.topic_pattern) if config.topic_pattern else None
-    return {t: n for t, n in sorted(counts.items()) if t in config.topics or (regex is not None and regex.fullmatch(t))}
-
-
 def _missing_keys(instance: dg.DagsterInstance, name: str, count: int) -> list[str]:
     existing = set(instance.get_dynamic_partitions(name))
     return [str(p) for p in range(count) if str(p) not in existing]
@@ -271,7 +265,7 @@ def build_topic_sensor(
         for config in configs:
             if time.monotonic() - started > time_budget_s:
                 break  # the cursor keeps the old counts of the rest: they are looked at next tick
-            now = _subscribed(config, everything)
+            now = subscribed_counts(everything, config.topics, config.topic_pattern)
             before = seen.get(config.group)
             if now == before:
                 continue

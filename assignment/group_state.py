@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
@@ -36,6 +36,7 @@ __all__ = [
     "format_transition_table",
     "new_group",
     "static_member_id",
+    "subscribed_counts",
     "transition",
 ]
 
@@ -265,6 +266,18 @@ def effective_topics(member: MemberRecord, partitions_per_topic: Mapping[str, in
     regex = _compiled(member.topic_pattern)
     matched = {t for t in partitions_per_topic if regex.fullmatch(t)}
     return tuple(sorted(matched.union(member.topics)))
+
+
+def subscribed_counts(
+    partitions_per_topic: Mapping[str, int], topics: Collection[str], pattern: str | None
+) -> dict[str, int]:
+    """The counts of the known topics named in `topics` or fully matching `pattern`, sorted by topic."""
+    regex = _compiled(pattern) if pattern else None
+    return {
+        t: n
+        for t, n in sorted(partitions_per_topic.items())
+        if t in topics or (regex is not None and regex.fullmatch(t))
+    }
 
 
 def static_member_id(group: GroupRecord, instance_id: str) -> str | None:

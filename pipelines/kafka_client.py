@@ -16,7 +16,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from assignment.names import validate_topic_name
 from assignment.types import TopicPartition
 
-__all__ = ["create_topic", "offsets_for_times", "partition_counts", "produce", "watermarks"]
+__all__ = [
+    "create_topic",
+    "offsets_for_times",
+    "partition_counts",
+    "produce",
+    "read_partition_counts",
+    "read_watermarks",
+    "watermarks",
+]
 
 KafkaConfig = Mapping[str, Any]
 
@@ -36,11 +44,11 @@ def create_topic(config: KafkaConfig, topic: str, partitions: int, *, timeout_s:
         future.result(timeout=timeout_s)
 
 
-def partition_counts(
-    config: KafkaConfig, topics: Iterable[str] | None = None, *, timeout_s: float = 10.0
+def read_partition_counts(
+    admin: AdminClient, topics: Iterable[str] | None = None, *, timeout_s: float = 10.0
 ) -> dict[str, int]:
-    """Partition count per topic; all non-internal topics when `topics` is None, missing topics omitted."""
-    metadata = _admin(config).list_topics(timeout=timeout_s)
+    """Partition count per topic through an existing admin client (see `partition_counts`)."""
+    metadata = admin.list_topics(timeout=timeout_s)
     wanted = None if topics is None else set(topics)
     return {
         name: len(meta.partitions)
@@ -49,22 +57,36 @@ def partition_counts(
     }
 
 
+def partition_counts(
+    config: KafkaConfig, topics: Iterable[str] | None = None, *, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """Partition count per topic; all non-internal topics when `topics` is None, missing topics omitted."""
+    return read_partition_counts(_admin(config), topics, timeout_s=timeout_s)
+
+
+def read_watermarks(
+    consumer: Consumer, partitions: Sequence[TopicPartition], *, timeout_s: float = 10.0
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(low, high) watermark per partition through an existing consumer (see `watermarks`)."""
+    result: dict[TopicPartition, tuple[int, int]] = {}
+    for tp in partitions:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                KafkaTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            raise KafkaException(f"could not read the watermarks of {tp}: {exc}") from exc
+        result[TopicPartition(tp.topic, tp.partition)] = (int(low), int(high))
+    return result
+
+
 def watermarks(
     config: KafkaConfig, partitions: Sequence[TopicPartition], *, timeout_s: float = 10.0
 ) -> dict[TopicPartition, tuple[int, int]]:
     """(low, high) watermark per partition: the first available offset and the end offset."""
     consumer = Consumer({**config, "group.id": "cohort-watermarks", "enable.auto.commit": False})
     try:
-        result: dict[TopicPartition, tuple[int, int]] = {}
-        for tp in partitions:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    KafkaTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaException(f"could not read watermarks of {tp}: {exc}") from exc
-            result[tp] = (int(low), int(high))
-        return result
+        return read_watermarks(consumer, partitions, timeout_s=timeout_s)
     finally:
         consumer.close()
 

@@ -30,8 +30,10 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, PrivateAttr, field_validator
 
+from assignment.group_state import subscribed_counts
 from assignment.names import validate_group_name
 from assignment.types import TopicPartition
+from pipelines.kafka_client import read_partition_counts, read_watermarks
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact", "release_shared_clients"]
 
@@ -205,36 +207,17 @@ class KafkaResource(dg.ConfigurableResource):
     def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
         """Partition count per topic (all non-internal topics when `topics` is None; missing ones omitted)."""
         try:
-            metadata = self.get_admin().list_topics(timeout=self.request_timeout_s)
+            return read_partition_counts(self.get_admin(), topics, timeout_s=self.request_timeout_s)
         except KafkaException as exc:
             raise KafkaException(f"could not read topic metadata from {self.bootstrap_servers}: {exc}") from None
-        wanted = None if topics is None else set(topics)
-        return {
-            name: len(meta.partitions)
-            for name, meta in metadata.topics.items()
-            if meta.error is None and not name.startswith("__") and (wanted is None or name in wanted)
-        }
 
     def subscribed_partition_counts(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, int]:
         """Partition counts of `topics` plus every topic fully matching `pattern` (what a group subscribes to)."""
-        counts = self.partition_counts()
-        regex = re.compile(pattern) if pattern else None
-        wanted = set(topics)
-        return {t: n for t, n in counts.items() if t in wanted or (regex is not None and regex.fullmatch(t))}
+        return subscribed_counts(self.partition_counts(), set(topics), pattern)
 
     def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(first available offset, end offset) per partition."""
-        consumer = self.get_consumer()
-        result: dict[TopicPartition, tuple[int, int]] = {}
-        for tp in partitions:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    KafkaTopicPartition(tp.topic, tp.partition), timeout=self.request_timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaException(f"could not read the watermarks of {tp}: {exc}") from None
-            result[TopicPartition(tp.topic, tp.partition)] = (int(low), int(high))
-        return result
+        return read_watermarks(self.get_consumer(), partitions, timeout_s=self.request_timeout_s)
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset (high watermark) per partition."""
