@@ -1,0 +1,153 @@
+"""What a fault scenario leaves behind, measured the same way for every fault (SIGKILL, SIGSTOP, broker).
+
+`audit_delivery` reads the sink and the quarantine back with Spark and compares them with what was
+produced (every offset of every partition, 0 .. count-1): records lost, records written twice; then
+audits the ledger against Kafka's committed offsets (and, given a Dagster instance, against the
+materializations) with `assets.audit.gather_audits`. `FaultOutcome` is one row of
+benchmarks/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from assets.audit import PartitionAudit, gather_audits
+from assets.translator import DagsterCohortTranslator
+from assignment.coordinator import Coordinator
+
+__all__ = ["DeliveryAudit", "FaultOutcome", "audit_delivery"]
+
+
+@dataclass(frozen=True)
+class DeliveryAudit:
+    """Produced records against what the sink and the quarantine hold, and the offset audit."""
+
+    produced: int
+    in_sink: int
+    quarantined: int
+    lost: int
+    duplicated: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, nothing twice, ledger contiguous and equal to Kafka's committed offsets."""
+        return self.lost == 0 and self.duplicated == 0 and not self.problems
+
+
+@dataclass(frozen=True)
+class FaultOutcome:
+    """One row of the reliability matrix."""
+
+    fault: str  # "SIGKILL", "SIGSTOP (zombie)", "broker down", "wrong bootstrap", ...
+    point: str  # where the fault hit, e.g. "after sink write, before ledger commit"
+    assignor: str  # "sticky" (eager) or "cooperative-sticky"
+    produced: int
+    lost: int
+    duplicated: int
+    recovered_s: float
+    problems: tuple[str, ...] = ()
+
+    def row(self) -> str:
+        """The markdown table row."""
+        return (
+            f"| {self.fault} | {self.point} | {self.assignor} | {self.produced} | {self.lost} | {self.duplicated} "
+            f"| {self.recovered_s:.1f} |"
+        )
+
+
+def _rows(spark: Any, path: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row under a Parquet root the pipeline wrote (none if empty)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        frame = spark.read.parquet(path)
+    except AnalysisException:  # nothing written there (yet)
+        return []
+    coordinates = frame.select(F.col("kafka.topic"), F.col("kafka.partition"), F.col("kafka.offset")).collect()
+    return [(str(t), int(p), int(o)) for t, p, o in coordinates]
+
+
+def audit_delivery(
+    spark: Any,
+    *,
+    sink: str,
+    quarantine: str | None = None,
+    produced: Mapping[str, Mapping[int, int]],
+    coordinator: Coordinator,
+    group: str,
+    kafka: Any,
+    instance: Any = None,
+) -> DeliveryAudit:
+    """Audit one group's delivery of `produced` ({topic: {partition: records produced}}, offsets from 0).
+
+    `kafka` is a `resources.KafkaResource`. With a Dagster `instance`, the ledger is also compared with the
+    materializations (a committed range without one is a problem); without, only ledger contiguity and
+    Kafka's committed offsets are checked.
+    """
+    quarantine = quarantine or f"{sink.rstrip('/')}/_quarantine"
+    sink_rows, quarantine_rows = (_rows(spark, path) for path in (sink, quarantine))
+    rows = sink_rows + quarantine_rows
+    total, in_sink = len(rows), len(sink_rows)
+    distinct = set(rows)
+    expected = {(t, p, o) for t, parts in produced.items() for p, n in parts.items() for o in range(n)}
+    problems: list[str] = [f"unexpected record {r} in the output" for r in sorted(distinct - expected)[:5]]
+    translator = DagsterCohortTranslator()
+    audits: list[PartitionAudit] = []
+    for topic, parts in produced.items():
+        audits.extend(_audits(coordinator, group, topic, max(parts) + 1, kafka, instance, translator))
+    for audit in audits:
+        problems.extend(p for p in audit.problems if instance is not None or "materialization" not in p)
+        if audit.committed != produced[audit.tp.topic][audit.tp.partition]:
+            problems.append(
+                f"{audit.tp}: ledger committed {audit.committed}, produced {produced[audit.tp.topic][audit.tp.partition]}"
+            )
+    return DeliveryAudit(
+        produced=len(expected),
+        in_sink=in_sink,
+        quarantined=total - in_sink,
+        lost=len(expected - distinct),
+        duplicated=total - len(distinct),
+        problems=tuple(problems),
+    )
+
+
+def _audits(
+    coordinator: Coordinator,
+    group: str,
+    topic: str,
+    partitions: int,
+    kafka: Any,
+    instance: Any,
+    translator: DagsterCohortTranslator,
+) -> list[PartitionAudit]:
+    if instance is not None:
+        return gather_audits(
+            coordinator,
+            group,
+            topic,
+            partitions,
+            instance=instance,
+            asset_key=translator.get_asset_key(group, topic),
+            kafka=kafka,
+        )
+    from assets.audit import audit_partition
+    from assignment.types import TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    in_kafka = kafka.committed_offsets(group, tps)
+    marks = kafka.watermarks(tps)
+    audits = []
+    for tp in tps:
+        ledger = [(e.from_offset, e.until_offset, e.gap_reason) for e in coordinator.ledger_history(group, *tp)]
+        recorded = {(s, u) for s, u, gap in ledger if gap is None}
+        audits.append(
+            audit_partition(
+                tp, ledger, recorded, kafka_committed=in_kafka.get(tp), end_offset=marks[tp][1], low_offset=marks[tp][0]
+            )
+        )
+    return audits
