@@ -19,7 +19,7 @@ from assets.audit import PartitionAudit, gather_audits
 from assets.translator import DagsterCohortTranslator
 from assignment.coordinator import Coordinator
 
-__all__ = ["DeliveryAudit", "FaultOutcome", "audit_delivery"]
+__all__ = ["DeliveryAudit", "FaultOutcome", "audit_delivery", "sink_offsets"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class FaultOutcome:
         )
 
 
-def _rows(spark: Any, path: str) -> list[tuple[str, int, int]]:
+def sink_offsets(spark: Any, path: str) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row under a Parquet root the pipeline wrote (none if empty)."""
     from pyspark.errors import AnalysisException
 
@@ -90,7 +90,7 @@ def audit_delivery(
     Kafka's committed offsets are checked.
     """
     quarantine = quarantine or f"{sink.rstrip('/')}/_quarantine"
-    sink_rows, quarantine_rows = (_rows(spark, path) for path in (sink, quarantine))
+    sink_rows, quarantine_rows = (sink_offsets(spark, path) for path in (sink, quarantine))
     rows = sink_rows + quarantine_rows
     total, in_sink = len(rows), len(sink_rows)
     distinct = set(rows)
@@ -102,10 +102,9 @@ def audit_delivery(
         audits.extend(_audits(coordinator, group, topic, max(parts) + 1, kafka, instance, translator))
     for audit in audits:
         problems.extend(p for p in audit.problems if instance is not None or "materialization" not in p)
-        if audit.committed != produced[audit.tp.topic][audit.tp.partition]:
-            problems.append(
-                f"{audit.tp}: ledger committed {audit.committed}, produced {produced[audit.tp.topic][audit.tp.partition]}"
-            )
+        count = produced[audit.tp.topic][audit.tp.partition]
+        if audit.committed != count:
+            problems.append(f"{audit.tp}: ledger committed {audit.committed}, produced {count}")
     return DeliveryAudit(
         produced=len(expected),
         in_sink=in_sink,

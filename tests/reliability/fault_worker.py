@@ -1,0 +1,156 @@
+"""The victim of the SIGKILL matrix: one worker slot run through Dagster that SIGKILLs its own process group
+at a chosen point.
+
+`python -m tests.reliability.fault_worker SCENARIO_JSON`, started by `tests.reliability.faults` with
+`start_new_session=True`, so the victim's process group holds it and its Spark JVM. The real worker job runs
+through `execute_in_process` against the shared store, broker and Dagster instance; the fault is injected
+here, from the test side, by wrapping the real function at one boundary (see `install`). Right before the
+kill, the victim writes a marker (the point and the wall time) for the harness.
+
+The executor-side read runs in a Spark Python worker, which PySpark's daemon puts in a process group of its
+own: the kill there targets the victim's group (passed in by value), then the worker's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from assets.translator import DagsterCohortTranslator
+from assets.worker import SLOT_TAG, worker_run_config
+from tests.reliability.faults import POINTS, FaultScenario, open_instance, scenario_definitions
+
+__all__ = ["die", "install", "main"]
+
+
+def die(marker: str, point: str, pgid: int) -> NoReturn:
+    """Record `point` and the time in `marker`, then SIGKILL process group `pgid` (and this process's own)."""
+    Path(marker).write_text(json.dumps({"point": point, "at": time.time(), "pid": os.getpid()}))
+    os.killpg(pgid, signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)  # a Spark Python worker lives in the daemon's group
+    raise SystemExit(137)  # not reached
+
+
+class _KillOnCommit:
+    """The run's ledger (its `GroupMember`), killing the process on entry to the commit of the batch's
+    ranges: the sink is written. A commit of empty ranges only (a check that records nothing) goes through."""
+
+    def __init__(self, ledger: Any, kill: Callable[[], NoReturn]) -> None:
+        self._ledger, self._kill = ledger, kill
+
+    def committed_offsets(self, partitions: Sequence[Any]) -> Any:
+        return self._ledger.committed_offsets(partitions)
+
+    def commit(self, ranges: Sequence[Any], *, run_id: str | None = None) -> None:
+        if any(r.until_offset > r.from_offset for r in ranges):
+            self._kill()
+        self._ledger.commit(ranges, run_id=run_id)
+
+
+class _KillOnMirror:
+    """The run's Kafka mirror, killing the process on entry to `mirror`: the ledger has the commit."""
+
+    def __init__(self, kill: Callable[[], NoReturn]) -> None:
+        self._kill = kill
+
+    def mirror(self, group: str, ranges: Sequence[Any], *, run_id: str | None) -> None:
+        self._kill()
+
+
+def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[], NoReturn]) -> Callable[..., Any]:
+    """`pipelines.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
+
+    Defined here (`__main__` of the victim), so Spark pickles it by value into the executor-side reader.
+    """
+
+    def read_range(config: Any, span: Any, **options: Any) -> Iterator[Any]:
+        for batch in original(config, span, **options):
+            yield batch
+            kill()
+
+    return read_range
+
+
+def install(point: str, marker: str) -> Callable[..., Any] | None:
+    """Wrap the real function at `point`'s boundary; return the batch runner to use (None: the default).
+
+    after-join: `Coordinator.sync` (the join phase completed, the sync request not sent);
+    after-sync: `GroupMember.join` returning (the assignment received, nothing planned or read);
+    mid-read: the executor-side `read_range`, after its first batch;
+    after-write: the ledger's `commit`, on entry (the sink's ranges are published);
+    after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
+    after-mirror: `assets.worker.materializations`, on entry (ledger and Kafka agree, nothing logged);
+    heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.
+    """
+    from assets import worker
+    from assignment.coordinator import Coordinator
+    from assignment.member import GroupMember
+    from pipelines import batch, reader
+
+    pgid = os.getpgid(0)
+    kill = functools.partial(die, marker, point, pgid)
+    batch_running = threading.Event()
+
+    def runner(spark: Any, spec: Any, kafka_config: Any, partitions: Any, ledger: Any, **kwargs: Any) -> Any:
+        if point == "after-write":
+            ledger = _KillOnCommit(ledger, kill)
+        elif point == "after-commit":
+            kwargs["mirror"] = _KillOnMirror(kill)
+        batch_running.set()
+        return batch.run_batch(spark, spec, kafka_config, partitions, ledger, **kwargs)
+
+    if point == "after-join":
+        Coordinator.sync = lambda *args, **kwargs: kill()  # type: ignore[method-assign]
+    elif point == "after-sync":
+        joined = GroupMember.join
+
+        def join_then_die(self: GroupMember) -> NoReturn:
+            joined(self)
+            kill()
+
+        GroupMember.join = join_then_die  # type: ignore[method-assign]
+    elif point == "mid-read":
+        reader.read_range = _killing_read_range(reader.read_range, kill)
+    elif point == "after-mirror":
+        worker.materializations = lambda *args, **kwargs: kill()
+    elif point == "heartbeat":
+        beat = Coordinator.heartbeat
+
+        def heartbeat_then_die(self: Coordinator, *args: Any, **kwargs: Any) -> Any:
+            answer = beat(self, *args, **kwargs)
+            if batch_running.is_set() and not kwargs.get("progress"):
+                kill()
+            return answer
+
+        Coordinator.heartbeat = heartbeat_then_die  # type: ignore[method-assign]
+    elif point not in {"after-write", "after-commit"}:
+        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in POINTS]}")
+    return runner
+
+
+def main() -> int:
+    """Run the scenario's victim slot with its fault installed; exit 0/1 only if the fault never hit."""
+    scenario = FaultScenario.from_json(sys.argv[1])
+    runner = install(scenario.point, scenario.marker)
+    defs, config = scenario_definitions(scenario, victim=True, runner=runner)
+    job = defs.resolve_job_def(DagsterCohortTranslator().get_job_name(config.group))
+    with open_instance(scenario) as instance:
+        result = job.execute_in_process(
+            run_config=worker_run_config(config, scenario.victim_slot),
+            instance=instance,
+            tags={SLOT_TAG: str(scenario.victim_slot), "cohort/fault": scenario.point},
+            raise_on_error=False,
+        )
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
