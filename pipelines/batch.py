@@ -11,6 +11,10 @@ Guarantees (SPEC section 5):
   accumulator);
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
   consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
+- before anything is published, the ledger is asked whether the commit would be accepted (empty ranges at
+  each partition's first offset pass the same fencing and contiguity checks and record nothing): a member
+  expired, fenced or left behind by a rebalance while its batch ran (a zombie) stops there, before its
+  publish could replace the output another member has committed since;
 - ranges are published by directory renames (a rerun replaces an uncommitted leftover), then committed
   to the ledger in one call; if the ledger refuses (a fenced or stale member), this attempt's published
   directories are withdrawn and the typed error propagates;
@@ -146,6 +150,17 @@ def _commit_ranges(
     return ranges
 
 
+def _check_commit(ledger: OffsetLedger, ranges: Sequence[OffsetRange], run_id: str) -> None:
+    """Raise the ledger's refusal of `ranges` without committing them: an empty range at each partition's
+    first offset goes through the same checks (member, generation, ownership, contiguity) and is not
+    recorded. Publishing deletes range directories overlapping the new ones, which is safe only while
+    nobody has committed past this batch's starting offsets."""
+    firsts: dict[TopicPartition, int] = {}
+    for r in ranges:
+        firsts.setdefault(r.topic_partition, r.from_offset)
+    ledger.commit([OffsetRange(tp.topic, tp.partition, start, start) for tp, start in firsts.items()], run_id=run_id)
+
+
 def _partition_result(
     p: PartitionPlan,
     stats: Stats,
@@ -238,7 +253,8 @@ def run_batch(
         OffsetOutOfRangeError: committed offsets are gone and `spec.fail_on_data_loss` is set.
         ReadError (inside a Spark error): a range could not be read.
         CountMismatchError: consumed != written + quarantined for some range.
-        CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous).
+        CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous), checked
+            before publishing and again at the commit.
     """
     if (mirror is None) != (group is None):
         raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
@@ -259,6 +275,9 @@ def run_batch(
         stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
         ranges = _commit_ranges(plan, written, quarantined)
         to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
+        if ranges:
+            with _timed(stages, "commit"):
+                _check_commit(ledger, ranges, run_id)
         with _timed(stages, "publish"):
             try:
                 published[0].extend(sink.publish(fs, attempt, to_publish))
