@@ -100,15 +100,15 @@ def _membership_tick(
 
     Reruns: a member removed while its run had not finished (session or progress deadline) -> keyed by
     the member; a run that failed or was canceled (its member evicted here, or it left on its own, or it
-    came and went between two ticks) -> keyed by the run, so every path asks for the same rerun once.
-    A failed or canceled run that was itself a rerun is not rerun again: it needs a person.
+    came and went between two ticks, or failed before the group existed) -> keyed by the run, so every
+    path asks for the same rerun once. A failed or canceled run that was itself a rerun is not rerun
+    again: it needs a person.
     """
     coordinator = group.get_coordinator(clock)
-    record = coordinator.store.load(config.group)
-    if record is None:
-        return seen, []
+    record = coordinator.store.load(config.group)  # None until a member first joins: runs are watched anyway
     scan_from, scan_to = seen.runs_scanned_until, time.time()
-    live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in record.members.items()}
+    members = record.members if record is not None else {}
+    live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in members.items()}
     known = {**seen.members, **live}
     runs = _runs(context.instance, sorted({rid for _s, rid in known.values() if rid}))
     if scan_from:  # failed or canceled worker runs since the last tick (first tick: from now on)
@@ -130,11 +130,11 @@ def _membership_tick(
                 evicted = True
             except CoordinatorError as exc:  # already gone: the events below tell what happened
                 context.log.info(f"group {config.group!r}: eviction of {member_id} skipped: {exc}")
-    if not evicted and due(record, coordinator.clock.now()):
+    if not evicted and record is not None and due(record, coordinator.clock.now()):
         coordinator.expire(config.group)
     requests: dict[str, dg.RunRequest] = {}
     rerun_runs = list(seen.rerun_runs)
-    generation = record.generation
+    generation = record.generation if record is not None else 0
     removed: set[str] = set()
     last_event = seen.last_event
     for event_id, event in coordinator.group_events(config.group, after=seen.last_event):
