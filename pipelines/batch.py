@@ -18,7 +18,9 @@ Guarantees (SPEC section 5):
 - ranges are published by directory renames (a rerun replaces an uncommitted leftover), then committed
   to the ledger in one call; if the ledger refuses (a fenced or stale member), this attempt's published
   directories are withdrawn and the typed error propagates;
-- the Kafka mirror runs after the ledger commit; its failure is reported in the result, never raised.
+- the Kafka mirror runs after the ledger commit, for the batch's ranges and the ledger's head of every
+  other planned partition (so Kafka catches up with a commit whose mirror never ran); its failure is
+  reported in the result, never raised.
 
 Example:
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
@@ -161,6 +163,19 @@ def _check_commit(ledger: OffsetLedger, ranges: Sequence[OffsetRange], run_id: s
     ledger.commit([OffsetRange(tp.topic, tp.partition, start, start) for tp, start in firsts.items()], run_id=run_id)
 
 
+def _mirror_ranges(plan: BatchPlan, ranges: Sequence[OffsetRange], ledger: OffsetLedger) -> list[OffsetRange]:
+    """What Kafka's committed offsets must become: this batch's ranges, plus the ledger's head of every other
+    planned partition that has one. A run that died between its ledger commit and its mirror left Kafka
+    behind the ledger; without new records no later batch would commit those partitions again."""
+    done = {r.topic_partition for r in ranges}
+    idle = [p.tp for p in plan.partitions if p.tp not in done]
+    heads = ledger.committed_offsets(idle) if idle else {}
+    return [
+        *ranges,
+        *(OffsetRange(tp.topic, tp.partition, at, at) for tp, at in sorted(heads.items()) if at is not None),
+    ]
+
+
 def _partition_result(
     p: PartitionPlan,
     stats: Stats,
@@ -296,10 +311,12 @@ def run_batch(
         sink.discard_staging(fs, attempt)
         quarantine.discard_staging(fs, attempt)
     mirror_error = None
-    if mirror is not None and group is not None and ranges:
+    if mirror is not None and group is not None:
         with _timed(stages, "mirror"):
             try:
-                mirror.mirror(group, ranges, run_id=run_id)
+                heads = _mirror_ranges(plan, ranges, ledger)
+                if heads:
+                    mirror.mirror(group, heads, run_id=run_id)
             except Exception as exc:  # the ledger's commit stands: report, do not raise
                 mirror_error = f"{type(exc).__name__}: {exc}"
     return BatchResult(
