@@ -26,7 +26,7 @@ import dagster as dg
 
 from assets.cursors import GroupCursor, MembershipCursor, TopicCursor
 from assets.translator import CohortConfig, DagsterCohortTranslator
-from assets.worker import GENERATION_TAG, GROUP_TAG, SLOT_TAG, worker_run_config
+from assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
 from assignment.clock import Clock
 from assignment.errors import CoordinatorError
 from assignment.group_state import EventKind, GroupRecord, subscribed_counts
@@ -37,7 +37,6 @@ __all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 
 _DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 _CLEAN_LEAVE = "left:"
-RERUN_TAG = "cohort/rerun_of"
 _REMEMBERED_RERUNS = 200
 
 

@@ -7,6 +7,10 @@ is only known once the run has joined, so the job's op reports materializations 
 partition keys at runtime rather than being launched for a partition key. At the end it leaves the group
 or keeps its static membership (`leave_on_finish`).
 
+A rerun the membership sensor requested for a lost run (tag `RERUN_TAG`) first reports, from the ledger,
+the ranges that run committed but did not live to report, so the materializations stay a complete audit
+trail of the ledger.
+
 A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the
 worker rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's
 output is withdrawn by the sink and its offsets stay uncommitted, so nothing is counted twice.
@@ -23,6 +27,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
+from assignment.coordinator import Coordinator
 from assignment.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -40,10 +45,12 @@ __all__ = [
     "GENERATION_TAG",
     "GROUP_TAG",
     "MAX_ATTEMPTS",
+    "RERUN_TAG",
     "SLOT_TAG",
     "BatchRunner",
     "WorkerOutcome",
     "build_worker_job",
+    "ledger_materializations",
     "materializations",
     "run_worker",
     "worker_run_config",
@@ -53,6 +60,8 @@ MAX_ATTEMPTS = 3
 SLOT_TAG = "cohort/slot"
 GROUP_TAG = "cohort/group"
 GENERATION_TAG = "cohort/generation"
+RERUN_TAG = "cohort/rerun_of"
+"""Tag of a run the membership sensor requested to redo the work of a lost run: the lost run's id."""
 _REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)
 """Refusals after which the member rejoins and runs again. UNKNOWN_MEMBER_ID is not one: the member was
 removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
@@ -284,6 +293,58 @@ def materializations(
         )
 
 
+def ledger_materializations(
+    instance: dg.DagsterInstance,
+    coordinator: Coordinator,
+    group: str,
+    lost_run_id: str,
+    translator: DagsterCohortTranslator,
+    run_id: str,
+) -> Iterator[dg.AssetMaterialization]:
+    """Materializations of the ranges run `lost_run_id` committed to the ledger but never reported.
+
+    A run killed after its ledger commit and before its materialization events leaves committed ranges
+    with no entry in the audit trail; its rerun (tagged `RERUN_TAG`) reports them from the ledger, which
+    records the run id, with the committing run's generation, member and counts.
+    """
+    p = METADATA_PREFIX
+    reported = set()
+    for record in instance.get_records_for_run(lost_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+        event = record.event_log_entry.asset_materialization
+        start = event.metadata.get(f"{p}from_offset") if event is not None else None
+        until = event.metadata.get(f"{p}until_offset") if event is not None else None
+        if event is not None and start is not None and until is not None:
+            reported.add((event.asset_key, event.partition, int(start.value), int(until.value)))
+    for entry in coordinator.run_ledger_history(group, lost_run_id):
+        key = translator.get_asset_key(group, entry.topic)
+        if entry.gap_reason is not None or entry.until_offset <= entry.from_offset:
+            continue  # gaps are shown on the range after them; empty ranges are not recorded
+        if (key, str(entry.partition), entry.from_offset, entry.until_offset) in reported:
+            continue
+        yield dg.AssetMaterialization(
+            asset_key=key,
+            partition=str(entry.partition),
+            description=(
+                f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
+                f"{lost_run_id}, which ended before reporting it (reported from the ledger by run {run_id})"
+            ),
+            metadata={
+                f"{p}topic": entry.topic,
+                f"{p}partition": dg.MetadataValue.int(entry.partition),
+                f"{p}from_offset": dg.MetadataValue.int(entry.from_offset),
+                f"{p}until_offset": dg.MetadataValue.int(entry.until_offset),
+                f"{p}records": dg.MetadataValue.int(entry.records),
+                f"{p}quarantined": dg.MetadataValue.int(entry.quarantined),
+                f"{p}group": group,
+                f"{p}generation": dg.MetadataValue.int(entry.generation),
+                f"{p}member": entry.member_id or "",
+                f"{p}instance_id": entry.instance_id or "",
+                f"{p}run_id": lost_run_id,
+                f"{p}reported_by": run_id,
+            },
+        )
+
+
 def build_worker_job(
     config: CohortConfig,
     translator: DagsterCohortTranslator,
@@ -302,6 +363,11 @@ def build_worker_job(
     )
     def cohort_worker(context: dg.OpExecutionContext) -> Iterator[Any]:
         group: CohortGroupResource = getattr(context.resources, group_key)
+        lost_run_id = context.run.tags.get(RERUN_TAG)
+        if lost_run_id:
+            yield from ledger_materializations(
+                context.instance, group.get_coordinator(), config.group, lost_run_id, translator, context.run_id
+            )
         outcome = run_worker(
             context,
             config,

@@ -271,6 +271,12 @@ class Coordinator:
         validate_topic_name(topic)
         return self.store.history(group, topic, partition)
 
+    def run_ledger_history(self, group: str, run_id: str) -> list[LedgerEntry]:
+        """Every range one run committed (the ledger records the run id), in commit order: what a run that
+        died before reporting its work had done."""
+        validate_group_name(group)
+        return self.store.run_history(group, run_id)
+
     def standalone_ledger(self, group: str, *, run_id: str | None = None) -> StandaloneLedger:
         """An `OffsetLedger` committing as an Empty group's standalone client (generation -1)."""
         validate_group_name(group)

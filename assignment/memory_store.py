@@ -83,6 +83,12 @@ class MemoryGroupStore:
         with self._lock:
             return list(self._ranges.get((group, TopicPartition(topic, partition)), []))
 
+    def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:
+        """Every range the run `run_id` committed, in commit order."""
+        with self._lock:
+            entries = [e for (g, _tp), kept in self._ranges.items() if g == group for e in kept if e.run_id == run_id]
+        return sorted(entries, key=lambda e: e.committed_at)
+
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
         """The group's events with ids > `after`, oldest first."""
         with self._lock:

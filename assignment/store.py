@@ -99,6 +99,8 @@ class GroupStore(Protocol):
 
     def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]: ...  # pragma: no cover
 
+    def run_history(self, group: str, run_id: str) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
+
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
 
     def close(self) -> None: ...  # pragma: no cover - protocol
@@ -349,27 +351,35 @@ class SqlGroupStore:
             .order_by(ranges.c.from_offset, ranges.c.id)
         )
         with self._read() as conn:
-            return [
-                LedgerEntry(
-                    group=r.group_name,
-                    topic=r.topic,
-                    partition=r.partition,
-                    from_offset=r.from_offset,
-                    until_offset=r.until_offset,
-                    records=r.records,
-                    quarantined=r.quarantined,
-                    gap_reason=r.gap_reason,
-                    run_id=r.run_id,
-                    member_id=r.member_id,
-                    instance_id=r.instance_id,
-                    generation=r.generation,
-                    committed_at=r.committed_at,
-                )
-                for r in conn.execute(query)
-            ]
+            return [_ledger_entry(r) for r in conn.execute(query)]
+
+    def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:
+        """Every range the run `run_id` committed, in commit order."""
+        query = sa.select(ranges).where(ranges.c.group_name == group, ranges.c.run_id == run_id).order_by(ranges.c.id)
+        with self._read() as conn:
+            return [_ledger_entry(r) for r in conn.execute(query)]
 
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
         """The group's events with their ids, oldest first, those with id > `after`."""
         query = sa.select(events).where(events.c.group_name == group, events.c.id > after).order_by(events.c.id)
         with self._read() as conn:
             return [(int(r.id), event_from_row(r)) for r in conn.execute(query)]
+
+
+def _ledger_entry(r: Any) -> LedgerEntry:
+    """A row of the ranges table as a LedgerEntry."""
+    return LedgerEntry(
+        group=r.group_name,
+        topic=r.topic,
+        partition=r.partition,
+        from_offset=r.from_offset,
+        until_offset=r.until_offset,
+        records=r.records,
+        quarantined=r.quarantined,
+        gap_reason=r.gap_reason,
+        run_id=r.run_id,
+        member_id=r.member_id,
+        instance_id=r.instance_id,
+        generation=r.generation,
+        committed_at=r.committed_at,
+    )

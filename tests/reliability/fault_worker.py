@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from assets.translator import DagsterCohortTranslator
 from assets.worker import SLOT_TAG, worker_run_config
-from tests.reliability.faults import POINTS, FaultScenario, open_instance, scenario_definitions
+from tests.reliability.faults import POINTS, SPARK, FaultScenario, open_instance, scenario_definitions
 
 __all__ = ["die", "install", "main"]
 
@@ -136,10 +136,19 @@ def install(point: str, marker: str) -> Callable[..., Any] | None:
     return runner
 
 
+def _start_spark_early(point: str) -> None:
+    """Start this process's Spark on a thread while the slot joins (a victim that reads needs its own JVM;
+    starting it during the join phase's wait saves the scenario that time, and the run's `get_session()`
+    then returns the same session)."""
+    if next(p for p in POINTS if p.key == point).reads:
+        threading.Thread(target=lambda: SPARK.model_copy().get_session(), name="spark-start", daemon=True).start()
+
+
 def main() -> int:
     """Run the scenario's victim slot with its fault installed; exit 0/1 only if the fault never hit."""
     scenario = FaultScenario.from_json(sys.argv[1])
     runner = install(scenario.point, scenario.marker)
+    _start_spark_early(scenario.point)
     defs, config = scenario_definitions(scenario, victim=True, runner=runner)
     job = defs.resolve_job_def(DagsterCohortTranslator().get_job_name(config.group))
     with open_instance(scenario) as instance:

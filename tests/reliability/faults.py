@@ -34,14 +34,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from assets.audit import materialized_ranges
 from assets.factory import build_cohort_definitions
 from assets.translator import CohortConfig, DagsterCohortTranslator
 from assets.worker import SLOT_TAG, worker_run_config
@@ -76,15 +75,17 @@ VICTIM_DELAY_S = 4.0
 
 @dataclass(frozen=True)
 class FaultPoint:
-    """Where the victim dies: `key` for the command line, `label` for the table."""
+    """Where the victim dies: `key` for the command line, `label` for the table; `reads` when the victim
+    gets as far as its batch (it then needs its own Spark)."""
 
     key: str
     label: str
+    reads: bool = True
 
 
 POINTS: tuple[FaultPoint, ...] = (
-    FaultPoint("after-join", "after join, before sync"),
-    FaultPoint("after-sync", "after sync, before reading"),
+    FaultPoint("after-join", "after join, before sync", reads=False),
+    FaultPoint("after-sync", "after sync, before reading", reads=False),
     FaultPoint("mid-read", "mid-read (executor, after the first batch)"),
     FaultPoint("after-write", "after the sink write, before the ledger commit"),
     FaultPoint("after-commit", "after the ledger commit, before the Kafka mirror"),
@@ -136,11 +137,14 @@ def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
             "initial_rebalance_delay_s": VICTIM_DELAY_S if victim else 0.0,
             "session_timeout_s": 30.0,
             "heartbeat_interval_s": 0.5,
-            "rebalance_timeout_s": 30.0,
+            "rebalance_timeout_s": 120.0,
             "progress_timeout_s": 120.0,
             "join_timeout_s": 90.0,
         },
     )
+
+
+SPARK = SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
 
 
 def scenario_definitions(
@@ -151,7 +155,7 @@ def scenario_definitions(
     defs = build_cohort_definitions(
         [config],
         kafka=KafkaResource(bootstrap_servers=scenario.bootstrap),
-        spark=SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}),
+        spark=SPARK,
         runner=runner,
         clock=clock,
     )
@@ -165,18 +169,22 @@ def open_instance(scenario: FaultScenario) -> dg.DagsterInstance:
 
 @dataclass(frozen=True)
 class Leftovers:
-    """What the killed victim left behind, before any recovery (proves where the kill hit)."""
+    """What the killed victim left behind, before any recovery: proves where the kill hit."""
 
     marker_point: str
     exit_code: int | None
     victim_run_id: str
+    victim_in_group: bool
     victim_synced: bool
-    victim_assignment: tuple[TopicPartition, ...]
-    survivor_assignment: tuple[TopicPartition, ...]
     ledger: Mapping[TopicPartition, int | None]
     kafka: Mapping[TopicPartition, int | None]
     in_sink: Mapping[TopicPartition, int]
     victim_materializations: int
+
+    @property
+    def committed(self) -> dict[TopicPartition, int]:
+        """Partitions with a ledger commit and their committed offsets."""
+        return {tp: offset for tp, offset in self.ledger.items() if offset is not None}
 
 
 @dataclass(frozen=True)
@@ -270,36 +278,156 @@ def _members_by_slot(coordinator: Coordinator, config: CohortConfig) -> dict[int
     }
 
 
-def _leftovers(
-    scenario: FaultScenario,
-    spark: Any,
-    coordinator: Coordinator,
-    kafka: KafkaResource,
-    instance: dg.DagsterInstance,
-    marker: Mapping[str, Any],
-    exit_code: int | None,
-    victim: Any,
-    survivor: Any,
-) -> Leftovers:
-    tps = [TopicPartition(scenario.topic, p) for p in range(PARTITIONS)]
-    in_sink: dict[TopicPartition, int] = {}
-    for topic, partition, _offset in sink_offsets(spark, scenario.sink):
+def _sink_counts(spark: Any, sink: str) -> dict[TopicPartition, int]:
+    counts: dict[TopicPartition, int] = {}
+    for topic, partition, _offset in sink_offsets(spark, sink):
         tp = TopicPartition(topic, partition)
-        in_sink[tp] = in_sink.get(tp, 0) + 1
-    run_id = victim.client_id or ""
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
-    return Leftovers(
-        marker_point=str(marker.get("point")),
-        exit_code=exit_code,
-        victim_run_id=run_id,
-        victim_synced=bool(victim.synced),
-        victim_assignment=tuple(victim.assigned),
-        survivor_assignment=tuple(survivor.assigned) if survivor is not None else (),
-        ledger=coordinator.fetch_offsets(scenario.group, tps),
-        kafka=kafka.committed_offsets(scenario.group, tps),
-        in_sink=in_sink,
-        victim_materializations=len(records),
-    )
+        counts[tp] = counts.get(tp, 0) + 1
+    return counts
+
+
+class _ScenarioRun:
+    """One scenario's processes, clients and steps (see the module doc); `close()` cleans everything up."""
+
+    def __init__(self, scenario: FaultScenario, workdir: Path) -> None:
+        self.scenario = scenario
+        self.config = scenario_config(scenario, victim=False)
+        self.coordinator = Coordinator.from_url(scenario.store_url)
+        self.kafka = KafkaResource(bootstrap_servers=scenario.bootstrap)
+        self.instance = open_instance(scenario)
+        self.gate = threading.Event()
+        self.survivor = _Survivor(scenario, self.gate)
+        self.log = workdir / "victim.log"
+        self.victim: subprocess.Popen[bytes] | None = None
+        self.victim_run_id = ""
+        self.started = time.monotonic()
+        self.timings: dict[str, float] = {}
+
+    def _mark(self, name: str) -> None:
+        self.timings[name] = round(time.monotonic() - self.started, 2)
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+    def start(self) -> None:
+        """Start the victim; once it has joined, start the survivor (it joins the same generation)."""
+        self.victim = victim = _start_victim(self.scenario, self.log)
+
+        def joined() -> Any:
+            if victim.poll() is not None:
+                raise AssertionError(f"the victim exited ({victim.returncode}) before joining:\n{self._tail()}")
+            return _members_by_slot(self.coordinator, self.config).get(self.scenario.victim_slot)
+
+        member = wait_for(joined, timeout_s=120, what="the victim to join", interval_s=0.05)
+        self.victim_run_id = member.client_id or ""
+        self._mark("victim_joined_s")
+        self.survivor.start()
+
+    def wait_for_kill(self, spark: Any) -> tuple[float, Leftovers]:
+        """Wait for the victim's SIGKILL at its point; return the kill time (its marker) and the leftovers."""
+        assert self.victim is not None
+        point = self.scenario.point
+        try:
+            exit_code = self.victim.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the victim was not killed at {point!r} within 180 s:\n{self._tail()}") from None
+        marker = Path(self.scenario.marker)
+        if exit_code != -signal.SIGKILL or not marker.exists():
+            raise AssertionError(
+                f"the victim ended with {exit_code} without dying at {point!r} (marker: {marker.exists()}):\n"
+                f"{self._tail()}"
+            )
+        killed = json.loads(marker.read_text())
+        wait_for(lambda: not _group_alive(self.victim.pid), timeout_s=30, what="the victim's process group to die")
+        self._mark("killed_s")
+        victim = _members_by_slot(self.coordinator, self.config).get(self.scenario.victim_slot)
+        tps = [TopicPartition(self.scenario.topic, p) for p in range(PARTITIONS)]
+        records = self.instance.get_records_for_run(
+            self.victim_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+        return float(killed["at"]), Leftovers(
+            marker_point=str(killed["point"]),
+            exit_code=exit_code,
+            victim_run_id=self.victim_run_id,
+            victim_in_group=victim is not None,
+            victim_synced=bool(victim is not None and victim.synced),
+            ledger=self.coordinator.fetch_offsets(self.scenario.group, tps),
+            kafka=self.kafka.committed_offsets(self.scenario.group, tps),
+            in_sink=_sink_counts(spark, self.scenario.sink),
+            victim_materializations=len(records),
+        )
+
+    def recover_through_sensor(self) -> list[dg.RunRequest]:
+        """Tick the membership sensor twice: just past the victim's session deadline (a ManualClock: the
+        survivor, which heartbeats, stays live), then after marking the victim's run failed as Dagster's run
+        monitoring does for a dead run worker (execute_in_process has no monitoring daemon). The second tick
+        covers a victim that had left the group before it died."""
+        members = _members_by_slot(self.coordinator, self.config)
+        dead = members.get(self.scenario.victim_slot)
+        if dead is not None:
+            slot = self.scenario.survivor_slot
+            wait_for(
+                lambda: (
+                    _members_by_slot(self.coordinator, self.config)[slot].session_deadline
+                    > dead.session_deadline + 0.05
+                ),
+                timeout_s=30,
+                what="the survivor to heartbeat after the victim's death",
+                interval_s=0.05,
+            )
+        clock = ManualClock(dead.session_deadline + 0.01 if dead is not None else time.time())
+        defs, _ = scenario_definitions(self.scenario, victim=False, clock=clock)
+        sensor = defs.resolve_sensor_def("cohort_membership_sensor")
+        with dg.build_sensor_context(instance=self.instance, resources=defs.resources) as context:
+            first = sensor(context)
+        run = self.instance.get_run_by_id(self.victim_run_id)
+        assert run is not None, f"the victim's run {self.victim_run_id} is not in the instance"
+        self.instance.report_run_failed(run, "run worker process died (SIGKILL); marked as run monitoring would")
+        with dg.build_sensor_context(instance=self.instance, resources=defs.resources, cursor=first.cursor) as context:
+            second = sensor(context)
+        self._mark("sensor_s")
+        return [*(first.run_requests or []), *(second.run_requests or [])]
+
+    def finish(self, requests: list[dg.RunRequest]) -> tuple[bool, bool]:
+        """Open the survivor's gate and let it finish, then run the requested reruns in-process."""
+        self.gate.set()
+        self.survivor.join(timeout=240)
+        if self.survivor.is_alive():
+            raise AssertionError("the survivor run did not finish within 240 s")
+        self._mark("survivor_done_s")
+        defs, _ = scenario_definitions(self.scenario, victim=False)
+        job = defs.resolve_job_def(T.get_job_name(self.config.group))
+        rerun_ok = True
+        for request in requests:
+            result = job.execute_in_process(
+                run_config=request.run_config, tags=request.tags, instance=self.instance, raise_on_error=False
+            )
+            rerun_ok = rerun_ok and result.success
+        self._mark("reruns_done_s")
+        return bool(self.survivor.success), rerun_ok
+
+    def audit(self, spark: Any) -> DeliveryAudit:
+        """Lost, duplicated, ledger contiguous to the produced count, Kafka = ledger = materializations."""
+        return audit_delivery(
+            spark,
+            sink=self.scenario.sink,
+            produced={self.scenario.topic: dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)},
+            coordinator=self.coordinator,
+            group=self.scenario.group,
+            kafka=self.kafka,
+            instance=self.instance,
+        )
+
+    def close(self) -> None:
+        self.gate.set()
+        if self.victim is not None:
+            _kill_group(self.victim)
+        if self.survivor.is_alive():
+            self.survivor.join(timeout=60)
+        self.instance.dispose()
+        self.coordinator.close()
+        self.kafka.close()
+        self.config.group_resource().close()
 
 
 def run_fault_scenario(
@@ -312,11 +440,12 @@ def run_fault_scenario(
     name: str | None = None,
 ) -> FaultReport:
     """Run one scenario (see the module doc) in `workdir`; raises AssertionError if the fault never hit."""
-    if point not in {p.key for p in POINTS}:
-        raise ValueError(f"unknown fault point {point!r}")
-    name = name or f"{point}-{'coop' if assignor.startswith('cooperative') else 'eager'}-{time.monotonic_ns() % 10**8}"
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "dagster").mkdir(exist_ok=True)
+    label = next((p.label for p in POINTS if p.key == point), None)
+    if label is None:
+        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in POINTS]}")
+    kind = "coop" if assignor.startswith("cooperative") else "eager"
+    name = name or f"{point}-{kind}-{time.monotonic_ns() % 10**8}"
+    (workdir / "dagster").mkdir(parents=True, exist_ok=True)
     config = {"bootstrap.servers": bootstrap}
     topic = f"fault-{name}"
     create_topic(config, topic, PARTITIONS)
@@ -332,118 +461,25 @@ def run_fault_scenario(
         point=point,
         marker=str(workdir / "killed.json"),
     )
-    victim_config = scenario_config(scenario, victim=True)
-    coordinator = Coordinator.from_url(scenario.store_url)
-    kafka = KafkaResource(bootstrap_servers=bootstrap)
-    gate = threading.Event()
-    survivor = _Survivor(scenario, gate)
-    log = workdir / "victim.log"
-    timings: dict[str, float] = {}
-    started = time.monotonic()
-    victim = _start_victim(scenario, log)
-
-    def victim_tail() -> str:
-        return log.read_text(errors="replace")[-3000:] if log.exists() else ""
-
+    run = _ScenarioRun(scenario, workdir)
     try:
-        with open_instance(scenario) as instance:
-            # 2. the victim joins first; the survivor joins the same generation
-            def victim_joined() -> bool:
-                if victim.poll() is not None:
-                    raise AssertionError(f"the victim exited ({victim.returncode}) before joining:\n{victim_tail()}")
-                return scenario.victim_slot in _members_by_slot(coordinator, victim_config)
-
-            wait_for(victim_joined, timeout_s=120, what="the victim to join", interval_s=0.05)
-            timings["victim_joined_s"] = time.monotonic() - started
-            survivor.start()
-            # 3. the victim kills its process group at the point
-            try:
-                exit_code = victim.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"the victim was not killed at {point!r} within 180 s:\n{victim_tail()}") from None
-            marker_path = Path(scenario.marker)
-            if exit_code != -signal.SIGKILL or not marker_path.exists():
-                raise AssertionError(
-                    f"the victim ended with {exit_code} without dying at {point!r} (marker: {marker_path.exists()}):\n"
-                    f"{victim_tail()}"
-                )
-            marker = json.loads(marker_path.read_text())
-            wait_for(lambda: not _group_alive(victim.pid), timeout_s=30, what="the victim's process group to die")
-            timings["killed_s"] = time.monotonic() - started
-            members = _members_by_slot(coordinator, victim_config)
-            if scenario.victim_slot not in members:
-                raise AssertionError(f"the dead victim is no longer a member before the sensor ran: {members}")
-            dead = members[scenario.victim_slot]
-            leftovers = _leftovers(
-                scenario,
-                spark,
-                coordinator,
-                kafka,
-                instance,
-                marker,
-                exit_code,
-                dead,
-                members.get(scenario.survivor_slot),
-            )
-            # 4. the membership sensor, just past the victim's session deadline (the survivor's is later)
-            wait_for(
-                lambda: (
-                    _members_by_slot(coordinator, victim_config)[scenario.survivor_slot].session_deadline
-                    > dead.session_deadline + 0.05
-                ),
-                timeout_s=30,
-                what="the survivor to heartbeat after the victim's death",
-                interval_s=0.05,
-            )
-            clock = ManualClock(dead.session_deadline + 0.01)
-            sensor_defs, _ = scenario_definitions(scenario, victim=False, clock=clock)
-            sensor = sensor_defs.resolve_sensor_def("cohort_membership_sensor")
-            with dg.build_sensor_context(instance=instance, resources=sensor_defs.resources) as context:
-                tick = sensor(context)
-            requests = list(tick.run_requests or [])
-            timings["sensor_s"] = time.monotonic() - started
-            # 5. the survivor finishes through the rebalance, then the requested reruns run
-            gate.set()
-            survivor.join(timeout=240)
-            if survivor.is_alive():
-                raise AssertionError("the survivor run did not finish within 240 s")
-            timings["survivor_done_s"] = time.monotonic() - started
-            rerun_defs, _ = scenario_definitions(scenario, victim=False)
-            job = rerun_defs.resolve_job_def(T.get_job_name(victim_config.group))
-            rerun_ok = True
-            for request in requests:
-                result = job.execute_in_process(
-                    run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
-                )
-                rerun_ok = rerun_ok and result.success
-            recovered_at = time.time()
-            timings["reruns_done_s"] = time.monotonic() - started
-            # 6. the audit
-            audit = audit_delivery(
-                spark,
-                sink=scenario.sink,
-                produced={scenario.topic: dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)},
-                coordinator=coordinator,
-                group=scenario.group,
-                kafka=kafka,
-                instance=instance,
-            )
-            final_state = coordinator.describe_group(scenario.group).state.value
+        run.start()
+        killed_at, leftovers = run.wait_for_kill(spark)
+        requests = run.recover_through_sensor()
+        survivor_ok, rerun_ok = run.finish(requests)
+        recovered_at = time.time()
+        audit = run.audit(spark)
+        final_state = run.coordinator.describe_group(scenario.group).state.value
     finally:
-        gate.set()
-        _kill_group(victim)
-        survivor.join(timeout=60)
-        coordinator.close()
-        kafka.close()
-        scenario_config(scenario, victim=False).group_resource().close()
+        run.close()
     outcome = FaultOutcome(
         fault="SIGKILL",
-        point=next(p.label for p in POINTS if p.key == point),
+        point=label,
         assignor=assignor,
         produced=audit.produced,
         lost=audit.lost,
         duplicated=audit.duplicated,
-        recovered_s=recovered_at - float(marker["at"]),
+        recovered_s=recovered_at - killed_at,
         problems=audit.problems,
     )
     return FaultReport(
@@ -451,16 +487,8 @@ def run_fault_scenario(
         audit=audit,
         leftovers=leftovers,
         rerun_requests=tuple(dict(r.tags) for r in requests),
-        survivor_ok=bool(survivor.success),
+        survivor_ok=survivor_ok,
         rerun_ok=rerun_ok,
         final_state=final_state,
-        timings=timings,
+        timings=run.timings,
     )
-
-
-def materializations_of(instance: dg.DagsterInstance, scenario: FaultScenario) -> Iterator[tuple[int, int, int]]:
-    """(partition, from, until) of every materialization of the scenario's topic asset."""
-    key = T.get_asset_key(scenario.group, scenario.topic)
-    for p in range(PARTITIONS):
-        for start, until in sorted(materialized_ranges(instance, key, p)):
-            yield p, start, until
