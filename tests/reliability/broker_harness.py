@@ -29,6 +29,7 @@ from pipelines.sink import SinkLayout, parse_range_dir
 from resources import KafkaResource, SparkResource
 from tests.dagster.support import Setup, config_for, json_records
 from tests.reliability.outcome import DeliveryAudit, audit_delivery
+from tests.reliability.zombie_worker import SPARK_CONF, SPARK_MASTER
 
 __all__ = ["FaultGroup", "GroupSnapshot", "error_text", "group_config", "prepare_group", "run_failure_text"]
 
@@ -49,7 +50,7 @@ def definitions(config: CohortConfig, bootstrap: str, *, clock: Clock | None = N
     return build_cohort_definitions(
         [config],
         kafka=KafkaResource(bootstrap_servers=bootstrap),
-        spark=SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}),
+        spark=SparkResource(master=SPARK_MASTER, conf=SPARK_CONF),
         clock=clock,
     )
 
