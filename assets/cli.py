@@ -60,6 +60,18 @@ _STORE = click.option(
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
 
 
+def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an illegal group name before the command opens the store (so no file is created for it)."""
+    from assignment import InvalidNameError, validate_group_name
+
+    if value is None:
+        return None
+    try:
+        return validate_group_name(value)
+    except InvalidNameError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _coordinator(store_url: str | None) -> Any:
     from assignment.coordinator import Coordinator
     from resources.group import DEFAULT_STORE_URL
@@ -105,7 +117,7 @@ def groups(store_url: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("group")
+@click.argument("group", callback=_group_name)
 @_STORE
 @click.option(
     "--bootstrap-servers",
@@ -157,7 +169,7 @@ def print_describe(described: Any, rows: list[Any]) -> None:
 
 
 @main.command()
-@click.argument("group")
+@click.argument("group", callback=_group_name)
 @_STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
@@ -175,7 +187,9 @@ def delete(group: str, store_url: str | None) -> None:
 
 
 @main.command()
-@click.option("--group", "group", default=None, help="Start from this live group's members and assignment.")
+@click.option(
+    "--group", "group", default=None, callback=_group_name, help="Start from this live group's members and assignment."
+)
 @_STORE
 @click.option("--members", type=click.IntRange(1, 100_000), default=None, help="A synthetic group of N members.")
 @click.option("--partitions", "partitions", multiple=True, help="TOPIC:COUNT for a synthetic group (repeatable).")

@@ -78,6 +78,13 @@ class CohortConfig:
             raise ValueError(f"lag_threshold must be >= 0, got {self.lag_threshold}")
         if not self.topics and self.topic_pattern is None:
             raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
+        unknown = sorted(set(self.group_settings) - set(CohortGroupResource.model_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown group_settings {unknown}; CohortGroupResource fields are "
+                f"{sorted(CohortGroupResource.model_fields)}"
+            )
+        self.group_resource()  # refuses a bad assignor, slot count, timeout or limit here, where it is written
 
     @property
     def asset_topics(self) -> tuple[str, ...]:

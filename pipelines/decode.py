@@ -8,8 +8,9 @@ schema, or a single `value` column), the raw value bytes (kept for quarantine) a
 struct column (topic, partition, offset, timestamp, key, headers) that the transform and the sinks see.
 
 JSON goes through Spark's `from_json` in PERMISSIVE mode with a corrupt-record column, so no Python runs
-per record; a record is malformed when it is not valid UTF-8, not a JSON object, does not fit the schema,
-or leaves a field the schema declares non-nullable empty. (Like Spark's JSON reader, the parser stops
+per record; a record is malformed when the reader could not read it in full (`error`), its value is not
+valid UTF-8, not a JSON object (empty, malformed, or valid JSON of another type), does not fit the
+schema, or leaves a field the schema declares non-nullable empty. (Like Spark's JSON reader, the parser stops
 after the first complete JSON value, so trailing text after an object is ignored.) A null value (a
 tombstone) has nothing to decode and is quarantined in JSON mode; in `utf8` and `bytes` mode it stays a
 null `value`.
@@ -47,6 +48,7 @@ KAFKA_COLUMN = "kafka"
 KAFKA_FIELDS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
 RAW_VALUE_COLUMN = f"{INTERNAL_PREFIX}raw_value"
 REASON_COLUMN = f"{INTERNAL_PREFIX}reason"
+_READ_ERROR = f"{INTERNAL_PREFIX}read_error"
 _CORRUPT_FIELD = f"{INTERNAL_PREFIX}corrupt_record"
 RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition"})
 """Names a value schema may not use (nor any name starting with `_cohort_`): `kafka` carries the
@@ -119,23 +121,30 @@ def decode(
     coordinates = [F.col(f).alias(kafka_column(f)) for f in KAFKA_FIELDS]
     kept = [F.col(name) for name in keep]
     raw_value = F.col("value").alias(RAW_VALUE_COLUMN)
+    read_error = (F.col("error").isNotNull(), F.col("error"))  # the reader could not read the whole record
     if value_format == "bytes":
-        no_reason = F.lit(None).cast("string").alias(REASON_COLUMN)
-        return raw.select(*coordinates, F.col("value"), *kept, raw_value, no_reason)
+        return raw.select(*coordinates, F.col("value"), *kept, raw_value, F.col("error").alias(REASON_COLUMN))
     text = F.col("value").cast("string")  # Spark's cast does not check UTF-8: _bad_utf8 does
     if value_format == "utf8":
-        reason = _first_reason((_bad_utf8("value"), F.lit("value is not valid UTF-8")))
+        reason = _first_reason(read_error, (_bad_utf8("value"), F.lit("value is not valid UTF-8")))
         return raw.select(*coordinates, text.alias("value"), *kept, raw_value, reason.alias(REASON_COLUMN))
 
     parse_schema = StructType([*columns.fields, StructField(_CORRUPT_FIELD, StringType())])
     parsed = F.from_json(text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT_FIELD})
-    staged = raw.select(*coordinates, parsed.alias("_parsed"), *kept, raw_value)
+    staged = raw.select(*coordinates, parsed.alias("_parsed"), *kept, raw_value, F.col("error").alias(_READ_ERROR))
     corrupt = F.col("_parsed").getField(_CORRUPT_FIELD)
+    not_object = corrupt.isNotNull() & F.json_object_keys(corrupt).isNull()
     required = [f.name for f in columns.fields if not f.nullable]
     reason = _first_reason(
+        (F.col(_READ_ERROR).isNotNull(), F.col(_READ_ERROR)),
         (F.col(RAW_VALUE_COLUMN).isNull(), F.lit("null value (tombstone): nothing to decode as JSON")),
         (_bad_utf8(RAW_VALUE_COLUMN), F.lit("value is not valid UTF-8")),
-        (corrupt.isNotNull() & F.json_object_keys(corrupt).isNull(), F.lit("value is not a JSON object")),
+        (F.col("_parsed").isNull(), F.lit("value is not a JSON object: it is not valid JSON (empty or blank)")),
+        (
+            not_object & F.get_json_object(corrupt, "$").isNull(),
+            F.lit("value is not a JSON object: it is not valid JSON (malformed, truncated or nested too deeply)"),
+        ),
+        (not_object, F.lit("value is not a JSON object (an array, string, number, boolean or null)")),
         (corrupt.isNotNull(), F.lit(f"JSON does not match the value schema {columns.simpleString()}")),
         *[
             (

@@ -25,6 +25,7 @@ from typing import Literal
 
 from assignment.names import validate_topic_name
 from assignment.types import OffsetRange, TopicPartition
+from assignment.validation import as_integer
 from pipelines.reader import OffsetSpan, validate_partition
 
 __all__ = [
@@ -94,12 +95,15 @@ class PlanLimits:
     reset: ResetPolicy = field(default_factory=ResetPolicy)
 
     def __post_init__(self) -> None:
-        if self.max_records_per_partition is not None and self.max_records_per_partition < 1:
-            raise ValueError(f"max_records_per_partition must be >= 1, got {self.max_records_per_partition}")
-        if self.max_records_per_task < 1:
-            raise ValueError(f"max_records_per_task must be >= 1, got {self.max_records_per_task}")
-        if self.target_tasks < 1 or self.min_task_records < 1:
-            raise ValueError("target_tasks and min_task_records must be >= 1")
+        counts = {
+            "max_records_per_partition": self.max_records_per_partition,
+            "max_records_per_task": self.max_records_per_task,
+            "target_tasks": self.target_tasks,
+            "min_task_records": self.min_task_records,
+        }
+        for name, value in counts.items():
+            if value is not None and as_integer(value, name) < 1:  # not a bool, a float or NaN either
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,12 @@ RECORD_SCHEMA = pa.schema(
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("headers", _HEADER_TYPE),
+        pa.field("error", pa.string()),  # why the record could not be read in full; null when it was
     ]
 )
-"""The Arrow schema of raw records, one row per Kafka message."""
+"""The Arrow schema of raw records, one row per Kafka message. A record with an `error` is quarantined."""
+
+UNREADABLE_HEADERS = "record headers cannot be read: a header key that is not valid UTF-8 (headers not kept)"
 
 _second = itemgetter(1)
 
@@ -101,7 +104,7 @@ def record_spark_schema() -> str:
     """The Spark DDL schema matching RECORD_SCHEMA."""
     return (
         "topic string, partition int, offset long, timestamp long, key binary, value binary, "
-        "headers array<struct<key:string,value:binary>>"
+        "headers array<struct<key:string,value:binary>>, error string"
     )
 
 
@@ -112,7 +115,7 @@ def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
 
     n = len(messages)
     timestamps = pa.array(list(map(_second, map(Message.timestamp, messages))), type=pa.int64())
-    headers: list[Any] = list(map(Message.headers, messages))
+    headers, errors = _headers(messages)
     if any(headers):
         header_array = pa.array(
             [[{"key": k, "value": v} for k, v in h] if h else None for h in headers], type=_HEADER_TYPE
@@ -127,8 +130,32 @@ def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
         pa.array(list(map(Message.key, messages)), type=pa.binary()),
         pa.array(list(map(Message.value, messages)), type=pa.binary()),
         header_array,
+        pa.nulls(n, type=pa.string()) if errors is None else pa.array(errors, type=pa.string()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+def _headers(messages: list[Any]) -> tuple[list[Any], list[str | None] | None]:
+    """(headers per message, read error per message or None when every message's headers were read).
+
+    confluent-kafka cannot decode a header key that is not valid UTF-8 (any client may send one: the
+    protocol carries raw bytes): `headers()` raises SystemError once and afterwards returns a list holding
+    a NULL, which crashes the worker when touched. So it is called once per message, in C (`map`), and a
+    message whose call fails keeps its key and value but gets no headers and an error (it is quarantined).
+    """
+    from confluent_kafka import Message
+
+    headers: list[Any] = []
+    errors: list[str | None] | None = None
+    while len(headers) < len(messages):
+        done = len(headers)
+        try:
+            headers.extend(map(Message.headers, messages[done:] if done else messages))
+        except (SystemError, UnicodeDecodeError):  # headers now holds the messages before the failed one
+            errors = errors or [None] * len(messages)
+            errors[len(headers)] = UNREADABLE_HEADERS
+            headers.append(None)
+    return headers, errors
 
 
 def read_range(

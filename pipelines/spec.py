@@ -26,6 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from assignment.validation import as_integer, is_number
 from pipelines.decode import ValueFormat, value_columns_schema
 from pipelines.plan import PlanLimits, ResetPolicy
 from pipelines.validate import RowCheck, compile_model
@@ -86,8 +87,10 @@ class PipelineSpec:
         self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
         if self.transform is not None and not callable(self.transform):
             raise ValueError(f"transform must be a callable DataFrame -> DataFrame, got {self.transform!r}")
-        if self.read_timeout_s <= 0 or self.consume_batch_size < 1:
-            raise ValueError("read_timeout_s must be > 0 and consume_batch_size >= 1")
+        if not is_number(self.read_timeout_s) or self.read_timeout_s <= 0:  # NaN would disable the timeout
+            raise ValueError(f"read_timeout_s must be > 0 seconds, got {self.read_timeout_s!r}")
+        if as_integer(self.consume_batch_size, "consume_batch_size") < 1:
+            raise ValueError(f"consume_batch_size must be >= 1, got {self.consume_batch_size}")
         self.limits()  # validates the caps
 
     @cached_property

@@ -124,7 +124,7 @@ class CohortGroupResource(dg.ConfigurableResource):
                 f"session_timeout_s={self.session_timeout_s} is outside the coordinator's range "
                 f"[{bounds.min_session_timeout}, {bounds.max_session_timeout}]"
             )
-        if self.progress_timeout_s is not None and self.progress_timeout_s <= 0:
+        if self.progress_timeout_s is not None and not self.progress_timeout_s > 0:  # NaN included
             raise ValueError(f"progress_timeout_s must be > 0, got {self.progress_timeout_s}")
         if self.heartbeat_interval_s is not None and not 0 < self.heartbeat_interval_s < self.session_timeout_s:
             raise ValueError("heartbeat_interval_s must be > 0 and below session_timeout_s")
