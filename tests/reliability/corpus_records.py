@@ -146,7 +146,8 @@ CASES: tuple[RecordCase, ...] = (
     RecordCase("array-of-objects", b'[{"id": 7}, {"id": 8}]', bad(NOT_OBJECT)),
     RecordCase("empty-array", b"[]", bad(NOT_OBJECT)),
     RecordCase("empty-object", b"{}", bad(ID_MISSING)),
-    # lenient: Spark's parser stops after the first complete value, so trailing text is not looked at
+    # lenient: Spark's parser stops after the first complete value, so trailing text is not looked at (a
+    # second object in the same value is not decoded; a strict RFC 8259 parser would quarantine both)
     RecordCase("trailing-garbage", b'{"id": 9} trailing', ok(id=9)),
     RecordCase("two-objects", b'{"id": 10}{"id": 11}', ok(id=10)),
     # lenient: Spark's JSON options allow single quotes and NaN/Infinity tokens by default

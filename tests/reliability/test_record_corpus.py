@@ -155,16 +155,16 @@ def test_blank_json_values_are_quarantined_even_when_no_field_is_required(spark:
 
 # ------------------------------------------------------------------------ names at the Dagster surface
 
-BAD_NAMES: list[tuple[str, str]] = [
-    ("../x", "'../x' contains illegal characters '/'"),
-    ("a/b", "'a/b' contains illegal characters '/'"),
-    ("..", "'..' is not allowed"),
-    (".", "'.' is not allowed"),
-    ("", "must not be empty"),
-    ("x" * 250, "is 250 characters; the limit is 249"),
-    ("nul\x00byte", "'nul\\x00byte' contains illegal characters '\\x00'"),
-    ("has space", "'has space' contains illegal characters ' '"),
-    ("..\\x", "contains illegal characters '\\\\'"),
+BAD_NAMES: list[tuple[str, str, str]] = [
+    ("traversal", "../x", "'../x' contains illegal characters '/'"),
+    ("slash", "a/b", "'a/b' contains illegal characters '/'"),
+    ("dotdot", "..", "'..' is not allowed"),
+    ("dot", ".", "'.' is not allowed"),
+    ("empty", "", "must not be empty"),
+    ("250-chars", "x" * 250, "is 250 characters; the limit is 249"),
+    ("nul", "nul\x00byte", "'nul\\x00byte' contains illegal characters '\\x00'"),
+    ("space", "has space", "'has space' contains illegal characters ' '"),
+    ("backslash", "..\\x", "contains illegal characters '\\\\'"),
 ]
 
 
@@ -172,7 +172,7 @@ def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize(("name", "fragment"), BAD_NAMES, ids=[f"name{i}" for i in range(len(BAD_NAMES))])
+@pytest.mark.parametrize(("name", "fragment"), [n[1:] for n in BAD_NAMES], ids=[n[0] for n in BAD_NAMES])
 def test_bad_topic_and_group_names_are_refused_before_any_file_exists(
     name: str, fragment: str, spark: Any, coordinator: Coordinator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,10 +209,16 @@ def test_bad_topic_and_group_names_are_refused_before_any_file_exists(
             call()
         assert fragment in str(refused.value), (what, str(refused.value))
     runner = CliRunner()
-    for args in (["describe", name], ["delete", name], ["simulate", "--group", name]):
-        outcome = runner.invoke(cli, [*args, "--store-url", f"sqlite:///{store}"])
+    store_url = ["--store-url", f"sqlite:///{store}"]
+    for args in (
+        ["describe", name, *store_url],
+        ["delete", name, *store_url],
+        ["simulate", "--group", name],
+        ["describe", name],
+    ):
+        outcome = runner.invoke(cli, args)  # the last two use the default store under the working directory
         assert outcome.exit_code == 1 and fragment in outcome.output, (args, outcome.output)
-    assert _tree(tmp_path) == before  # no store, no sink directory, nothing at ../x
+    assert _tree(tmp_path) == before  # no store (given or default), no sink directory, nothing at ../x
 
 
 # ------------------------------------------------------------------ group settings and pipeline limits
