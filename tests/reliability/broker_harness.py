@@ -10,7 +10,6 @@ Kafka's committed offsets and the sink, so a scenario can prove a faulty run cha
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -193,8 +192,8 @@ def prepare_group(
     workdir: Path,
     *,
     name: str,
-    partitions: int = 4,
-    records: int = 80,
+    partitions: int = 2,
+    records: int = 40,
     malformed: frozenset[int] = frozenset({5}),
     assignor: str = "cooperative-sticky",
     slots: int = 1,
@@ -220,8 +219,3 @@ def prepare_group(
         settings={"initial_rebalance_delay_s": 0.0, **(settings or {})},
     )
     return FaultGroup(setup, topic, partitions, records, assignor, workdir)
-
-
-def elapsed(started: float) -> float:
-    """Seconds of monotonic time since `started`."""
-    return time.monotonic() - started

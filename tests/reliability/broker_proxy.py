@@ -1,12 +1,13 @@
 """A TCP proxy in front of a dedicated embedded broker, to take the broker away mid-batch and bring it back.
 
-The embedded Tansu broker keeps its log in memory (its build has no persistent storage engine: `file://`
-and `sqlite://` storage URLs are refused, `postgres://` is not compiled in), so a real stop and restart
-would lose every record. `FaultProxy` stands in for the restart: it listens on its own port and forwards
-to the broker; `down()` closes its listener (new connections are refused) and cuts every live connection,
-`up()` listens again on the same port. `arm(api_key)` makes it go down by itself when a client sends a
-request with that Kafka API key (before forwarding it), so the fault hits a precise step: the first Fetch
-is the batch's executor-side read, the first ListOffsets its planning.
+The embedded Tansu broker keeps its log in memory (`tansu broker --storage-engine`: this build refuses
+`file://`, and `sqlite://` and `postgres://` need features it was built without; only `memory://` and an
+S3 service remain), so a real stop and restart would lose every record. `FaultProxy` stands in for the
+restart: it listens on its own port and forwards to the broker; `down()` closes its listener (new
+connections are refused) and cuts every live connection, `up()` listens again on the same port.
+`arm(api_key)` makes it go down by itself when a client sends a request with that Kafka API key (before
+forwarding it), so the fault hits a precise step: the first Fetch is the batch's executor-side read, the
+first ListOffsets its planning.
 
 Kafka clients connect to the address the broker advertises in its metadata, not to the bootstrap address,
 so the broker must advertise the proxy. `EmbeddedBroker` passes the same URL as listener and advertised

@@ -170,11 +170,13 @@ def zombie_scenario(
     zombie = _start_zombie(group, slot, reached, gate, log)
     try:
         with group.instance() as instance:
-            wait_for(reached.exists, timeout_s=180, what="the zombie to read its batch")
+            wait_for(lambda: reached.exists() or zombie.poll() is not None, timeout_s=180, what="the zombie's batch")
+            if not reached.exists():
+                raise AssertionError(f"the zombie exited before its batch was held:\n{log.read_text()[-3000:]}")
             lap("zombie reads its batch")
             members = coordinator.describe_group(group.group).members
             owned = tuple(sorted(tp.partition for m in members for tp in m.owned))
-            pause_outside_store_lock(zombie, Path(workdir / "cohort.db"))
+            pause_outside_store_lock(zombie, workdir / "cohort.db")
             paused_at = time.monotonic()
             lap("pause")
 
