@@ -56,15 +56,38 @@ def _verdict(problems: list[str]) -> str:
     )
 
 
+BOUNDARIES: tuple[tuple[str, str], ...] = (
+    (
+        "after join, before sync",
+        "`Coordinator.sync`, on entry: the join phase completed; the victim leads and never syncs, so the "
+        "survivor's sync waits until the sensor removes the victim",
+    ),
+    ("after sync, before reading", "`GroupMember.join`, on return: the assignment is received, nothing read"),
+    ("mid-read", "the executor-side `read_range`, after its first Arrow batch reached Spark"),
+    (
+        "after the sink write, before the ledger commit",
+        "the ledger's `commit` of the batch's ranges, on entry: the ranges are published in the sink",
+    ),
+    ("after the ledger commit, before the Kafka mirror", "the mirror's `mirror`, on entry"),
+    (
+        "after the Kafka mirror, before the materialization events",
+        "`assets.worker.materializations`, on entry: the run has already left the group",
+    ),
+    ("while heartbeating", "`Coordinator.heartbeat` on the heartbeat thread, once accepted while the batch runs"),
+)
+
+
 def render(reports: list[FaultReport], command: str, seconds: float) -> str:
     """RELIABILITY.md: the table, the command that made it, and how to read it."""
     rows = "\n".join(r.outcome.row() for r in reports)
     problems = [f"- {r.outcome.point} / {r.outcome.assignor}: {p}" for r in reports for p in r.outcome.problems]
-    load = os.getloadavg()[0]
+    boundaries = "\n".join(f"| {point} | {where} |" for point, where in BOUNDARIES)
+    load, when = os.getloadavg()[0], datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""# Reliability: the SIGKILL fault-injection matrix
 
-Produced by `benchmarks/reliability.py` on {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")} (2-core machine
-shared with other test runs, load average {load:.1f} at the end; {len(reports)} scenarios in {seconds:.0f} s):
+Produced by `benchmarks/reliability.py` on {when}, {len(reports)} scenarios in
+{seconds:.0f} s, on a 2-core machine shared with other engineers' test runs (load average {load:.1f} at the end), from
+the repository root with the project's venv:
 
 ```
 {command}
@@ -81,33 +104,42 @@ A topic of 4 partitions holds 100 JSON records (2 of them malformed: they must e
 A group of two worker slots consumes it; each slot is a real Dagster run of the group's worker job. The
 victim (slot 1) runs in its own process group with its own Spark JVM and joins first; the survivor (slot 2)
 joins the same generation, so the assignor (`sticky` is eager, `cooperative-sticky` cooperative) splits the
-partitions 2 + 2. The victim SIGKILLs its whole process group (the Spark JVM and, for the mid-read point,
-the executor's Python worker too) at the point named in the row, from a test-side wrapper of the real
-function at that boundary (tests/reliability/fault_worker.py):
+partitions 2 + 2, and waits at a gate before its batch. The victim SIGKILLs its whole process group (the
+Spark JVM and, for the mid-read point, the executor's Python worker too) at the point of the row, from a
+test-side wrapper of the real function at that boundary (tests/reliability/fault_worker.py):
 
 | point | boundary wrapped in the victim |
 |---|---|
-| after join, before sync | `Coordinator.sync`, on entry: the join phase completed; the victim leads and never |
-| | syncs, so the survivor's sync waits for the sensor |
-| after sync, before reading | `GroupMember.join`, on return: the assignment is received, nothing planned or read |
-| mid-read | the executor-side `read_range`, after its first Arrow batch reached Spark |
-| after the sink write, before the ledger commit | the ledger's `commit` of the batch's ranges, on entry: the |
-| | ranges are published in the sink |
-| after the ledger commit, before the Kafka mirror | the mirror's `mirror`, on entry: the ledger's commit stands |
-| after the Kafka mirror, before the materialization events | `assets.worker.materializations`, on entry |
-| while heartbeating | `Coordinator.heartbeat` on the heartbeat thread, once accepted while the batch runs |
+{boundaries}
 
-Recovery goes through the sensors only: the membership sensor ticks with a ManualClock set just past the
-victim's session deadline, expires it, rebalances the group and requests a rerun of slot 1; the survivor,
-which held its partitions through all this, finishes (eager: it commits before rejoining; cooperative: it
-rejoins on its heartbeat thread and commits in the new generation); then the requested rerun runs. `lost`
-and `duplicated` count offsets of the produced records missing from, or present more than once in, the
-sink and the quarantine together.
+Recovery goes through the sensors: the membership sensor ticks with a ManualClock set just past the
+victim's session deadline (the survivor, which heartbeats, stays live), expires the victim, rebalances and
+requests a rerun of slot 1; the killed run is then marked failed, as Dagster's run monitoring does for a dead
+run worker, and the sensor ticks again (a victim that had left the group before dying, as at the last
+point, is found this way; no slot is rerun twice). The survivor then finishes through the rebalance (eager:
+it commits before rejoining; cooperative: it rejoins on its heartbeat thread and commits in the new
+generation; after a kill before sync it rejoins and takes every partition), and the requested rerun runs.
+`lost` and `duplicated` count offsets of the produced records missing from, or present more than once in,
+the sink and the quarantine together; the audit also checks each partition's ledger (contiguous from 0 to
+the produced count) against Kafka's committed offsets and the materializations.
 
 `recovered in s` is wall time from the kill to the end of the rerun that completes recovery, on this
-loaded machine. The ManualClock skips the wait that a deployment adds in front of it: the member's session
+loaded machine. The ManualClock skips the wait a deployment adds in front of it: the member's session
 timeout (`session_timeout_s`, 30 s by default) plus up to one membership-sensor interval (15 s by
-default), so about 30 to 45 s more with the defaults.
+default), about 30 to 45 s more with the defaults; for a run that died after leaving the group, the run
+monitoring's detection of the dead run worker instead.
+
+## What the matrix found
+
+Two points failed the audit before fixes in the product:
+
+- after the ledger commit, before the Kafka mirror: the rerun found nothing new to read and mirrored
+  nothing, so Kafka's committed offsets stayed behind the ledger for good (lag tools showed lag that was not
+  there). `run_batch` now mirrors the ledger head of every planned partition with nothing new to commit.
+- after the Kafka mirror, before the materialization events (and after the ledger commit): committed ranges
+  had no materialization, a hole in the audit trail. A rerun (tagged `cohort/rerun_of`) now reports the
+  ranges its lost run committed but never materialized, from the ledger, which records the run id
+  (`Coordinator.run_ledger_history`).
 """
 
 
@@ -128,6 +160,8 @@ def main() -> int:
             master="local[2]", app_name="cohort-reliability", conf={"spark.sql.shuffle.partitions": "2"}
         )
         spark.sparkContext.setLogLevel("ERROR")
+        # start the Python worker pool: part of starting Spark, not of any scenario's recovery
+        spark.range(2, numPartitions=2).mapInArrow(lambda batches: batches, "id long").count()
         try:
             for point in points:
                 for assignor in assignors:
