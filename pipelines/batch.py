@@ -38,16 +38,18 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 
 from assignment.ledger import OffsetLedger, OffsetMirror
 from assignment.types import OffsetRange, TopicPartition
+from pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
 from pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from pipelines.positions import gather_positions
-from pipelines.reader import read_stats_accumulator
+from pipelines.reader import OffsetSpan, read_spans, read_stats_accumulator
 from pipelines.results import BatchResult, CountMismatchError, PartitionResult
-from pipelines.sink import HadoopFs, SinkLayout
+from pipelines.sink import HadoopFs, SinkFs, SinkLayout
 from pipelines.spec import PipelineSpec
 
 __all__ = ["plan_for", "run_batch"]
@@ -203,7 +205,7 @@ def _stage(
     spec: PipelineSpec,
     kafka_config: Mapping[str, Any],
     plan: BatchPlan,
-    fs: HadoopFs,
+    fs: SinkFs,
     attempt: str,
     stages: dict[str, float],
 ) -> tuple[Stats, dict[TopicPartition, int], dict[TopicPartition, int]]:
@@ -213,6 +215,91 @@ def _stage(
         return {}, {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     accumulator = read_stats_accumulator(spark)
+    if _tasks_can_write(spec, sink, quarantine, attempt):
+        with _timed(stages, "read_and_write"):
+            _read_and_write(
+                spark,
+                spec,
+                kafka_config,
+                plan,
+                ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker),
+                accumulator,
+            )
+        stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
+    else:
+        stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages, accumulator)
+    with _timed(stages, "verify"):
+        written = {
+            p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
+            for p in plan.to_read
+        }
+        quarantined = {
+            p.tp: fs.parquet_record_count(quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
+            for p in plan.to_read
+        }
+        _verify(plan, stats, written, quarantined)
+    return stats, written, quarantined
+
+
+def _file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> SinkFs:
+    """pyarrow for the sink's renames and footer counts when it reaches both roots, else Hadoop's FileSystem
+    through the driver's JVM (any scheme Spark can write)."""
+    if all(arrow_filesystem(layout.root) is not None for layout in (sink, quarantine)):
+        return ArrowFs()
+    return HadoopFs(spark)
+
+
+def _tasks_can_write(spec: PipelineSpec, sink: SinkLayout, quarantine: SinkLayout, attempt: str) -> bool:
+    """Whether the reading tasks write the outputs themselves: no transform (it needs a Spark DataFrame),
+    and pyarrow can write the codec and both staging roots."""
+    return (
+        spec.transform is None
+        and arrow_compression(spec.compression) is not None
+        and all(arrow_filesystem(layout.staging_root(attempt)) is not None for layout in (sink, quarantine))
+    )
+
+
+def _read_and_write(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    plan: BatchPlan,
+    writer: ArrowStagedWriter,
+    accumulator: Any,
+) -> None:
+    """One Spark job whose tasks read their span, check it and write both outputs to staging (Arrow only:
+    no record crosses into the JVM)."""
+    checker = spec.checker
+
+    def write(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        writer.write_span(span, map(checker.check, batches))
+        yield from ()
+
+    read_spans(
+        spark,
+        {**kafka_config, **spec.consumer_config},
+        plan.spans,
+        read_stats=accumulator,
+        process=write,
+        schema="written long",
+        batch_size=spec.consume_batch_size,
+        read_timeout_s=spec.read_timeout_s,
+    ).collect()
+
+
+def _read_then_write(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    plan: BatchPlan,
+    sink: SinkLayout,
+    quarantine: SinkLayout,
+    attempt: str,
+    stages: dict[str, float],
+    accumulator: Any,
+) -> Stats:
+    """The Spark-written path (a transform, or a sink pyarrow cannot write): the checked rows are persisted,
+    then Spark writes the sink (through the transform) and the quarantine from them."""
     checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
     with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
         checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
@@ -227,17 +314,7 @@ def _stage(
                 _write_staged(spark, quarantine_frame(checked), quarantine.staging_root(attempt), spec.compression)
     finally:
         checked.unpersist()
-    with _timed(stages, "verify"):
-        written = {
-            p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
-            for p in plan.to_read
-        }
-        quarantined = {
-            p.tp: fs.parquet_record_count(quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
-            for p in plan.to_read
-        }
-        _verify(plan, stats, written, quarantined)
-    return stats, written, quarantined
+    return stats
 
 
 def run_batch(
@@ -279,7 +356,7 @@ def run_batch(
     with _timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    fs = HadoopFs(spark)
+    fs = _file_system(spark, sink, quarantine)
     published: tuple[list[str], list[str]] = ([], [])
 
     def withdraw() -> None:

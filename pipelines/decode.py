@@ -1,29 +1,51 @@
-"""Decoding Kafka values in the JVM: raw bytes, UTF-8 text, or JSON into a declared Spark schema.
+"""Decoding Kafka values with Arrow, inside the reading tasks: raw bytes, UTF-8 text, or JSON into a schema.
 
-`decode` turns the raw record frame (pipelines.reader.RECORD_SCHEMA) into the shape the batch persists:
-the Kafka coordinates as flat internal columns (`_cohort_topic`, `_cohort_partition`, ...: flat columns
-cache far more cheaply than a struct), the decoded value columns (the top-level fields of the JSON
-schema, or a single `value` column), the raw value bytes (kept for quarantine) and a failure reason
-(null when the record decoded). `kafka_struct()` later gathers the coordinates into the public `kafka`
-struct column (topic, partition, offset, timestamp, key, headers) that the transform and the sinks see.
+`ValueDecoder.decode` turns one Arrow batch of raw values into the declared value columns (the top-level
+fields of the JSON schema, or a single `value` column) plus a failure reason per record (null when the
+record decoded). It runs in the executor's Python worker right after the Kafka read, in C++ for whole
+batches (pyarrow's JSON parser and compute kernels), so no per-record Python and no JVM work is spent on
+records that decode; per-record Python runs only to name what is wrong with a record that does not.
 
-JSON goes through Spark's `from_json` in PERMISSIVE mode with a corrupt-record column, so no Python runs
-per record; a record is malformed when the reader could not read it in full (`error`), its value is not
-valid UTF-8, not a JSON object (empty, malformed, or valid JSON of another type), does not fit the
-schema, or leaves a field the schema declares non-nullable empty. (Like Spark's JSON reader, the parser stops
-after the first complete JSON value, so trailing text after an object is ignored.) A null value (a
-tombstone) has nothing to decode and is quarantined in JSON mode; in `utf8` and `bytes` mode it stays a
-null `value`.
+JSON rules (strict, RFC 8259): a value must be valid UTF-8 holding exactly one JSON object and nothing
+after it; each declared field must have the declared type (no string <-> number coercion; integers must fit
+the declared width; timestamps are ISO 8601 / RFC 3339 strings, UTC when they carry no offset; dates are
+`YYYY-MM-DD`); fields the schema does not declare are ignored; a missing field or JSON `null` is a null,
+which a non-nullable field refuses. A null value (a tombstone) has nothing to decode and is quarantined in
+JSON mode; in `utf8` and `bytes` mode it stays a null `value`.
+
+JSON is parsed and type-checked by msgspec (C), one value at a time into a struct type built from the Spark
+schema, and the fields become Arrow columns in one conversion each; a value that fails gets msgspec's
+message, which names the offending field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+import datetime
+from dataclasses import dataclass
+from functools import cache, cached_property
+from operator import attrgetter
+from typing import Annotated, Any, Literal
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -32,10 +54,10 @@ __all__ = [
     "RAW_VALUE_COLUMN",
     "REASON_COLUMN",
     "RESERVED_COLUMNS",
+    "ValueDecoder",
     "ValueFormat",
-    "decode",
+    "arrow_type",
     "kafka_column",
-    "kafka_struct",
     "value_columns_schema",
 ]
 
@@ -48,11 +70,22 @@ KAFKA_COLUMN = "kafka"
 KAFKA_FIELDS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
 RAW_VALUE_COLUMN = f"{INTERNAL_PREFIX}raw_value"
 REASON_COLUMN = f"{INTERNAL_PREFIX}reason"
-_READ_ERROR = f"{INTERNAL_PREFIX}read_error"
-_CORRUPT_FIELD = f"{INTERNAL_PREFIX}corrupt_record"
 RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition"})
 """Names a value schema may not use (nor any name starting with `_cohort_`): `kafka` carries the
 coordinates, `topic` and `partition` are the sink's directory partitions."""
+
+_SIMPLE_TYPES: dict[type[DataType], pa.DataType] = {
+    StringType: pa.string(),
+    BooleanType: pa.bool_(),
+    ByteType: pa.int8(),
+    ShortType: pa.int16(),
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    FloatType: pa.float32(),
+    DoubleType: pa.float64(),
+    TimestampType: pa.timestamp("us", tz="UTC"),
+    DateType: pa.date32(),
+}
 
 
 def kafka_column(field: str) -> str:
@@ -62,20 +95,30 @@ def kafka_column(field: str) -> str:
     return f"{INTERNAL_PREFIX}{field}"
 
 
-def kafka_struct() -> Column:
-    """The public `kafka` struct from the flat coordinates; the timestamp becomes a Spark timestamp."""
-    fields = [
-        (F.timestamp_millis(F.col(kafka_column(f))) if f == "timestamp" else F.col(kafka_column(f))).alias(f)
-        for f in KAFKA_FIELDS
-    ]
-    return F.struct(*fields).alias(KAFKA_COLUMN)
+def arrow_type(data_type: DataType, *, where: str = "value") -> pa.DataType:
+    """The Arrow type of a Spark type the decoder supports; ValueError naming `where` otherwise."""
+    if isinstance(data_type, BinaryType):
+        return pa.binary()
+    simple = _SIMPLE_TYPES.get(type(data_type))
+    if simple is not None:
+        return simple
+    if isinstance(data_type, StructType):
+        return pa.struct(
+            [pa.field(f.name, arrow_type(f.dataType, where=f"{where}.{f.name}")) for f in data_type.fields]
+        )
+    if isinstance(data_type, ArrayType):
+        return pa.list_(arrow_type(data_type.elementType, where=f"{where}[]"))
+    raise ValueError(
+        f"field {where!r} has type {data_type.simpleString()}, which the JSON decoder does not support; use "
+        "string, boolean, byte/short/int/long, float/double, timestamp, date, struct or array"
+    )
 
 
 def value_columns_schema(value_format: str, value_schema: StructType | None) -> StructType:
     """The decoded value columns for a format: the JSON schema's fields, or one `value` column.
 
     Raises ValueError naming the problem for an unknown format, a JSON format without a schema, a schema
-    given for another format, or a field name reserved by the pipeline.
+    given for another format, a field name reserved by the pipeline or a type the decoder cannot produce.
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"unknown value format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
@@ -94,70 +137,137 @@ def value_columns_schema(value_format: str, value_schema: StructType | None) -> 
         )
     if len(set(names)) != len(names):
         raise ValueError(f"value schema has duplicate field names: {names}")
+    for f in value_schema.fields:
+        if isinstance(f.dataType, BinaryType):
+            raise ValueError(f"field {f.name!r}: binary fields cannot be decoded from JSON; declare a string")
+        arrow_type(f.dataType, where=f.name)
     return value_schema
 
 
-def _bad_utf8(column: str) -> Column:
-    """True for a non-null binary column whose bytes are not valid UTF-8."""
-    return F.col(column).isNotNull() & ~F.is_valid_utf8(F.col(column).cast("string"))
+def _invalid_utf8(values: pa.Array) -> list[bool]:
+    """Per value: bytes that are not valid UTF-8 (null values are not)."""
+    try:
+        values.cast(pa.string())
+        return [False] * len(values)
+    except pa.ArrowInvalid:
+        flags = []
+        for raw in values.to_pylist():
+            try:
+                if raw is not None:
+                    raw.decode("utf-8")
+                flags.append(False)
+            except UnicodeDecodeError:
+                flags.append(True)
+        return flags
 
 
-def _first_reason(*cases: tuple[Column, Column]) -> Column:
-    """The reason of the first case whose condition holds, else null."""
-    result: Any = F
-    for condition, reason in cases:
-        result = result.when(condition, reason)
-    return result
+def _bounded(bits: int) -> Any:
+    return Annotated[int, msgspec.Meta(ge=-(2 ** (bits - 1)), le=2 ** (bits - 1) - 1)]
 
 
-def decode(
-    raw: DataFrame, value_format: str, value_schema: StructType | None = None, *, keep: Sequence[str] = ()
-) -> DataFrame:
-    """Decode `raw` (RECORD_SCHEMA rows) into coordinates + value columns + raw value + reason.
+_MSGSPEC_TYPES: dict[type[DataType], Any] = {
+    StringType: str,
+    BooleanType: bool,
+    ByteType: _bounded(8),
+    ShortType: _bounded(16),
+    IntegerType: _bounded(32),
+    LongType: _bounded(64),
+    FloatType: float,
+    DoubleType: float,
+    TimestampType: datetime.datetime,
+    DateType: datetime.date,
+}
 
-    Columns named in `keep` are carried through unchanged, after the value columns.
+
+def _msgspec_type(data_type: DataType) -> Any:
+    """The msgspec annotation that accepts exactly the JSON a Spark type's values may be written as."""
+    if isinstance(data_type, StructType):
+        return _struct_type(data_type)
+    if isinstance(data_type, ArrayType):
+        return list[_msgspec_type(data_type.elementType) | None]  # type: ignore[misc]
+    return _MSGSPEC_TYPES[type(data_type)]
+
+
+def _struct_type(schema: StructType) -> type[msgspec.Struct]:
+    """A msgspec struct with one optional field per schema field (internal names f0, f1, ... renamed to
+    the JSON names, which need not be Python identifiers)."""
+    fields = [(f"f{i}", _msgspec_type(f.dataType) | None, None) for i, f in enumerate(schema.fields)]
+    rename = {f"f{i}": f.name for i, f in enumerate(schema.fields)}
+    return msgspec.defstruct("Value", fields, rename=rename, gc=False)
+
+
+@cache
+def _json_decoder(schema_json: str) -> msgspec.json.Decoder:
+    """One msgspec decoder per value schema and process (decoders are not pickled into tasks)."""
+    return msgspec.json.Decoder(_struct_type(StructType.fromJson(__import__("json").loads(schema_json))))
+
+
+def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> pa.Array:
+    """One Arrow column from the decoded Python values of a field."""
+    if isinstance(data_type, (StructType, ArrayType)):
+        values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
+    return pa.array(values, arrow)
+
+
+@dataclass(frozen=True)
+class ValueDecoder:
+    """Decodes raw values (Arrow binary) into the value columns with one reason per failed record.
+
+    Pickled into the reading tasks: holds only the format and the Spark schema.
     """
-    columns = value_columns_schema(value_format, value_schema)
-    coordinates = [F.col(f).alias(kafka_column(f)) for f in KAFKA_FIELDS]
-    kept = [F.col(name) for name in keep]
-    raw_value = F.col("value").alias(RAW_VALUE_COLUMN)
-    read_error = (F.col("error").isNotNull(), F.col("error"))  # the reader could not read the whole record
-    if value_format == "bytes":
-        return raw.select(*coordinates, F.col("value"), *kept, raw_value, F.col("error").alias(REASON_COLUMN))
-    text = F.col("value").cast("string")  # Spark's cast does not check UTF-8: _bad_utf8 does
-    if value_format == "utf8":
-        reason = _first_reason(read_error, (_bad_utf8("value"), F.lit("value is not valid UTF-8")))
-        return raw.select(*coordinates, text.alias("value"), *kept, raw_value, reason.alias(REASON_COLUMN))
 
-    parse_schema = StructType([*columns.fields, StructField(_CORRUPT_FIELD, StringType())])
-    parsed = F.from_json(text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT_FIELD})
-    staged = raw.select(*coordinates, parsed.alias("_parsed"), *kept, raw_value, F.col("error").alias(_READ_ERROR))
-    corrupt = F.col("_parsed").getField(_CORRUPT_FIELD)
-    not_object = corrupt.isNotNull() & F.json_object_keys(corrupt).isNull()
-    required = [f.name for f in columns.fields if not f.nullable]
-    reason = _first_reason(
-        (F.col(_READ_ERROR).isNotNull(), F.col(_READ_ERROR)),
-        (F.col(RAW_VALUE_COLUMN).isNull(), F.lit("null value (tombstone): nothing to decode as JSON")),
-        (_bad_utf8(RAW_VALUE_COLUMN), F.lit("value is not valid UTF-8")),
-        (F.col("_parsed").isNull(), F.lit("value is not a JSON object: it is not valid JSON (empty or blank)")),
-        (
-            not_object & F.get_json_object(corrupt, "$").isNull(),
-            F.lit("value is not a JSON object: it is not valid JSON (malformed, truncated or nested too deeply)"),
-        ),
-        (not_object, F.lit("value is not a JSON object (an array, string, number, boolean or null)")),
-        (corrupt.isNotNull(), F.lit(f"JSON does not match the value schema {columns.simpleString()}")),
-        *[
-            (
-                F.col("_parsed").getField(name).isNull(),
-                F.lit(f"field {name!r} is missing or null but the schema requires it"),
-            )
-            for name in required
-        ],
-    )
-    return staged.select(
-        *[kafka_column(f) for f in KAFKA_FIELDS],
-        *[F.col("_parsed").getField(f.name).alias(f.name) for f in columns.fields],
-        *keep,
-        RAW_VALUE_COLUMN,
-        reason.alias(REASON_COLUMN),
-    )
+    value_format: str
+    columns: StructType
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the decoded value columns (all nullable: failed rows hold nulls)."""
+        return pa.schema([pa.field(f.name, arrow_type(f.dataType, where=f.name)) for f in self.columns])
+
+    def decode(self, values: pa.Array) -> tuple[list[pa.Array], list[str | None]]:
+        """(value columns, reason per record) for a batch of raw values."""
+        n = len(values)
+        reasons: list[str | None] = [None] * n
+        if self.value_format == "bytes":
+            return [values.cast(pa.binary())], reasons
+        bad_text = _invalid_utf8(values)
+        for i in range(n):
+            if bad_text[i]:
+                reasons[i] = "value is not valid UTF-8"
+        if self.value_format == "utf8":
+            safe = pc.if_else(pa.array(bad_text, pa.bool_()), pa.scalar(None, pa.binary()), values)
+            return [safe.cast(pa.string())], reasons
+        return self._decode_json(values.to_pylist(), reasons), reasons
+
+    def _decode_json(self, raw: list[bytes | None], reasons: list[str | None]) -> list[pa.Array]:
+        decoder = _json_decoder(self.columns.json())
+        decode, schema = decoder.decode, self.columns.simpleString()
+        empty = decoder.type()  # every field None: stands in for records that failed
+        decoded: list[Any] = [empty] * len(raw)
+        for i, value in enumerate(raw):
+            if reasons[i] is not None:
+                continue
+            if value is None:
+                reasons[i] = "null value (tombstone): nothing to decode as JSON"
+                continue
+            try:
+                decoded[i] = decode(value)
+            except msgspec.ValidationError as exc:
+                message = str(exc)
+                if message.startswith("Expected `object`"):
+                    reasons[i] = f"value is not a JSON object ({message})"
+                else:
+                    reasons[i] = f"JSON does not match the value schema {schema}: {message}"
+            except msgspec.DecodeError as exc:
+                reasons[i] = f"value is not valid JSON: {exc}"
+        columns = []
+        for k, field in enumerate(self.columns.fields):
+            get = attrgetter(f"f{k}")
+            values = list(map(get, decoded))
+            column = _column(values, field.dataType, self.arrow_schema.field(k).type)
+            if not field.nullable and column.null_count:
+                for i in pc.indices_nonzero(column.is_null()).to_pylist():
+                    if reasons[i] is None:
+                        reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
+            columns.append(column)
+        return columns

@@ -1,25 +1,25 @@
-"""The batch's DataFrames: read -> decode -> validate once, then split into sink and quarantine frames.
+"""The batch's DataFrames when Spark writes the outputs: checked rows, then sink and quarantine frames.
 
-`checked_frame` is the one frame the batch persists: every consumed record with its Kafka coordinates
-(flat internal columns), decoded value columns, failure reason (null when valid) and, for failures
-only, the raw value bytes. The sink and quarantine frames gather the coordinates into the
-public `kafka` struct. Materializing it, the sink write and the quarantine write all read that persisted frame,
-so each range is read from Kafka once.
+`checked_frame` is the one frame the batch persists: every consumed record as the reading tasks checked it
+(pipelines.checked: flat Kafka coordinates, decoded value columns, raw value bytes for failures, failure
+reason). The sink and quarantine frames gather the coordinates into the public `kafka` struct.
+Materializing it, the sink write and the quarantine write all read that persisted frame, so each range is
+read from Kafka once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN, decode, kafka_struct
+from pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
 from pipelines.reader import OffsetSpan, read_spans
 from pipelines.spec import PipelineSpec
-from pipelines.validate import failure_reason
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
 
@@ -33,20 +33,32 @@ class TransformError(ValueError):
 def checked_frame(
     spark: Any, spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan], read_stats: Any
 ) -> DataFrame:
-    """Read `spans`, decode and validate: one row per consumed record (see the module doc)."""
-    raw = read_spans(
+    """Read `spans`, decode and validate in the reading tasks: one row per consumed record."""
+    checker = spec.checker
+
+    def check(_span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for raw in batches:
+            yield checker.check(raw)
+
+    return read_spans(
         spark,
         {**kafka_config, **spec.consumer_config},
         spans,
         read_stats=read_stats,
+        process=check,
+        schema=checker.spark_schema,
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )
-    decoded = decode(raw, spec.value_format, spec.value_schema)
-    reason = F.coalesce(F.col(REASON_COLUMN), failure_reason(spec.row_checks))
-    return decoded.withColumn(REASON_COLUMN, reason).withColumn(
-        RAW_VALUE_COLUMN, F.when(F.col(REASON_COLUMN).isNotNull(), F.col(RAW_VALUE_COLUMN))
-    )
+
+
+def kafka_struct() -> Column:
+    """The public `kafka` struct from the flat coordinates; the timestamp becomes a Spark timestamp."""
+    fields = [
+        (F.timestamp_millis(F.col(kafka_column(f))) if f == "timestamp" else F.col(kafka_column(f))).alias(f)
+        for f in KAFKA_FIELDS
+    ]
+    return F.struct(*fields).alias(KAFKA_COLUMN)
 
 
 def materialize(checked: DataFrame) -> int:

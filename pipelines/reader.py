@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "OffsetSpan",
     "ReadError",
     "ReadStats",
+    "SpanProcessor",
     "read_range",
     "read_spans",
     "read_stats_accumulator",
@@ -278,20 +279,31 @@ def _size(batch: pa.RecordBatch) -> int:
     return sum(int(pc.sum(pc.binary_length(batch.column(name))).as_py() or 0) for name in ("key", "value"))
 
 
+SpanProcessor = Callable[[OffsetSpan, Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+"""What a reading task does with the raw batches of one span; it yields the rows the task hands to Spark."""
+
+
 def read_spans(
     spark: Any,
     config: Mapping[str, Any],
     spans: Sequence[OffsetSpan],
     *,
     read_stats: Any = None,
+    process: SpanProcessor | None = None,
+    schema: Any = None,
     **read_options: Any,
 ) -> Any:
-    """A Spark DataFrame of the raw records of `spans` (schema RECORD_SCHEMA), one Spark task per span.
+    """A Spark DataFrame of the records of `spans`, one Spark task per span.
 
-    `read_stats`, when given, is an accumulator from `read_stats_accumulator` that each task adds its
-    records, bytes and reading time to, keyed by (topic, partition). `read_options` are
-    passed to `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
+    Without `process` the rows are the raw records (schema RECORD_SCHEMA); with it, each task passes its
+    span's raw batches through `process` (run in the task, e.g. decoding and validating) and the rows are
+    what it yields, of Spark schema `schema`. `read_stats`, when given, is an accumulator from
+    `read_stats_accumulator` that each task adds its records, bytes and reading time to, keyed by
+    (topic, partition). `read_options` are passed to `read_range` (batch_size, poll_timeout_s,
+    read_timeout_s, max_retries).
     """
+    if (process is None) != (schema is None):
+        raise ValueError("give both `process` and its output `schema`, or neither")
     kafka_config = dict(config)
     table = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
 
@@ -299,15 +311,19 @@ def read_spans(
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 span = OffsetSpan(*table[index])
-                started, records, size = time.perf_counter(), 0, 0
-                for batch in read_range(kafka_config, span, **read_options):
-                    records += batch.num_rows
-                    size += _size(batch)
-                    yield batch
+                started, counted = time.perf_counter(), [0, 0]
+
+                def counting(span: OffsetSpan = span, counted: list[int] = counted) -> Iterator[pa.RecordBatch]:
+                    for raw in read_range(kafka_config, span, **read_options):
+                        counted[0] += raw.num_rows
+                        counted[1] += _size(raw)
+                        yield raw
+
+                yield from counting() if process is None else process(span, counting())
                 if read_stats is not None:
-                    read_stats.add({(span.topic, span.partition): (records, size, time.perf_counter() - started)})
+                    read_stats.add({(span.topic, span.partition): (*counted, time.perf_counter() - started)})
 
     # One row (the span's index) per partition, so exactly one span per Spark task. spark.range runs in
     # the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.
     plan = spark.range(0, len(table), 1, numPartitions=max(len(table), 1))
-    return plan.mapInArrow(read_partition, record_spark_schema())
+    return plan.mapInArrow(read_partition, record_spark_schema() if schema is None else schema)

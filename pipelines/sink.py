@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from assignment.names import validate_topic_name
 from assignment.types import TopicPartition
 from pipelines.reader import validate_partition
 
-__all__ = ["HadoopFs", "SinkError", "SinkLayout", "parse_range_dir"]
+__all__ = ["HadoopFs", "SinkError", "SinkFs", "SinkLayout", "parse_range_dir"]
 
 STAGING = "_staging"
 MARKER_PREFIX = "_cohort_attempt="
@@ -53,6 +53,18 @@ def parse_range_dir(name: str) -> tuple[str, int, int, int] | None:
     if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
         return None
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+class SinkFs(Protocol):
+    """The file operations the sink needs: HadoopFs (any Hadoop URI, through the JVM) or
+    pipelines.arrow_sink.ArrowFs (roots pyarrow reaches)."""
+
+    def exists(self, uri: str) -> bool: ...
+    def list_names(self, uri: str) -> list[str]: ...
+    def delete(self, uri: str) -> None: ...
+    def touch(self, uri: str) -> None: ...
+    def rename(self, source: str, target: str) -> None: ...
+    def parquet_record_count(self, uri: str) -> int: ...
 
 
 class HadoopFs:
@@ -155,7 +167,7 @@ class SinkLayout:
         validate_topic_name(topic)
         return f"{self.staging_root(attempt)}/topic={topic}/partition={validate_partition(topic, partition)}"
 
-    def range_dirs(self, fs: HadoopFs, topic: str, partition: int) -> list[tuple[int, int, str]]:
+    def range_dirs(self, fs: SinkFs, topic: str, partition: int) -> list[tuple[int, int, str]]:
         """(from, until, path) of every range directory of a partition, in offset order."""
         found = []
         for name in fs.list_names(self.partition_dir(topic, partition)):
@@ -164,7 +176,7 @@ class SinkLayout:
                 found.append((parsed[2], parsed[3], f"{self.partition_dir(topic, partition)}/{name}"))
         return sorted(found)
 
-    def publish(self, fs: HadoopFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
+    def publish(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
         """Move each staged range into place (see the module doc), yielding each directory made visible.
 
         A partition whose staging directory is missing (no rows of that kind) gets no directory, but any
@@ -183,11 +195,11 @@ class SinkLayout:
                 fs.rename(staged, target)
                 yield target
 
-    def withdraw(self, fs: HadoopFs, attempt: str, directories: Iterable[str]) -> None:
+    def withdraw(self, fs: SinkFs, attempt: str, directories: Iterable[str]) -> None:
         """Delete the given range directories that still carry this attempt's marker."""
         for directory in directories:
             if fs.exists(f"{directory}/{MARKER_PREFIX}{attempt}"):
                 fs.delete(directory)
 
-    def discard_staging(self, fs: HadoopFs, attempt: str) -> None:
+    def discard_staging(self, fs: SinkFs, attempt: str) -> None:
         fs.delete(self.staging_root(attempt))

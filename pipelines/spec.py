@@ -27,7 +27,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from assignment.validation import as_integer, is_number
-from pipelines.decode import ValueFormat, value_columns_schema
+from pipelines.checked import RecordChecker
+from pipelines.decode import ValueDecoder, ValueFormat, value_columns_schema
 from pipelines.plan import PlanLimits, ResetPolicy
 from pipelines.validate import RowCheck, compile_model
 
@@ -102,6 +103,11 @@ class PipelineSpec:
     def row_checks(self) -> tuple[RowCheck, ...]:
         """The model compiled to row-level checks (empty without a model)."""
         return () if self.model is None else compile_model(self.model, self.value_columns)
+
+    @cached_property
+    def checker(self) -> RecordChecker:
+        """What the reading tasks run on each raw batch: decoding, then the model's row checks."""
+        return RecordChecker(ValueDecoder(self.value_format, self.value_columns), self.row_checks)
 
     @property
     def quarantine_root(self) -> str:

@@ -1,8 +1,8 @@
-"""Row-level validation against a user's `pandera.pyspark` DataFrameModel.
+"""Row-level validation against a user's `pandera.pyspark` DataFrameModel, evaluated with Arrow.
 
 pandera.pyspark validates a whole DataFrame and reports per check (did any row fail?), not per row, so it
 cannot say which records to quarantine. This module derives per-row failures soundly by evaluating the
-same predicates pandera evaluates, as Spark column expressions in one pass:
+same predicates pandera evaluates, as Arrow compute kernels over each decoded batch in the reading task:
 
 - pandera's built-in pyspark checks each compute `cond` and fail when `df.filter(~cond)` is non-empty,
   so a row fails a check exactly when `NOT cond` is TRUE; a null makes `NOT cond` null, which passes,
@@ -13,8 +13,10 @@ same predicates pandera evaluates, as Spark column expressions in one pass:
   of a row, so a mismatch is a configuration error raised when the model is compiled.
 
 What cannot be decided row by row is refused when the model is compiled, with the reason: dataframe-level
-checks, `unique`, regex column names, custom checks and `unique_values_eq`. The equivalence with pandera
-is tested by running pandera's own `validate` on both outputs of a split.
+checks, `unique`, regex column names, custom checks and `unique_values_eq`. Regular expressions run on RE2
+(Arrow's engine): a pattern RE2 cannot compile (look-arounds, back-references) is refused when the model is
+compiled. The equivalence with pandera is tested by running pandera's own `validate` on both outputs of a
+split.
 
 Example:
     >>> import pandera.pyspark as pa
@@ -32,11 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-__all__ = ["ModelError", "RowCheck", "compile_model", "failure_reason"]
+__all__ = ["ModelError", "RowCheck", "compile_model", "failure_reasons"]
 
 
 class ModelError(ValueError):
@@ -47,44 +49,44 @@ def _regex(pattern: Any) -> str:
     return pattern.pattern if isinstance(pattern, re.Pattern) else str(pattern)
 
 
-def _in_range(c: Column, s: Mapping[str, Any]) -> Column:
-    low = c >= s["min_value"] if s.get("include_min", True) else c > s["min_value"]
-    high = c <= s["max_value"] if s.get("include_max", True) else c < s["max_value"]
-    return low & high
+def _in_range(c: pa.Array, s: Mapping[str, Any]) -> pa.Array:
+    low = pc.greater_equal(c, s["min_value"]) if s.get("include_min", True) else pc.greater(c, s["min_value"])
+    high = pc.less_equal(c, s["max_value"]) if s.get("include_max", True) else pc.less(c, s["max_value"])
+    return pc.and_(low, high)
 
 
-def _str_length(c: Column, s: Mapping[str, Any]) -> Column:
-    length = F.length(c)
+def _str_length(c: pa.Array, s: Mapping[str, Any]) -> pa.Array:
+    length = pc.utf8_length(c)
     if s.get("exact_value") is not None:
-        return length == s["exact_value"]
+        return pc.equal(length, s["exact_value"])
     if s.get("min_value") is None and s.get("max_value") is None:
         raise ModelError("str_length needs min_value, max_value or exact_value")
     if s.get("min_value") is None:
-        return length <= s["max_value"]
+        return pc.less_equal(length, s["max_value"])
     if s.get("max_value") is None:
-        return length >= s["min_value"]
-    return (length >= s["min_value"]) & (length <= s["max_value"])
+        return pc.greater_equal(length, s["min_value"])
+    return pc.and_(pc.greater_equal(length, s["min_value"]), pc.less_equal(length, s["max_value"]))
 
 
-def _str_matches(c: Column, s: Mapping[str, Any]) -> Column:
+def _anchored(s: Mapping[str, Any]) -> str:
     pattern = _regex(s["pattern"])
-    return c.rlike(pattern if pattern.startswith("^") else f"^{pattern}")
+    return pattern if pattern.startswith("^") else f"^{pattern}"
 
 
-_PASSES: dict[str, Callable[[Column, Mapping[str, Any]], Column]] = {
-    "equal_to": lambda c, s: c == s["value"],
-    "not_equal_to": lambda c, s: c != s["value"],
-    "greater_than": lambda c, s: c > s["min_value"],
-    "greater_than_or_equal_to": lambda c, s: c >= s["min_value"],
-    "less_than": lambda c, s: c < s["max_value"],
-    "less_than_or_equal_to": lambda c, s: c <= s["max_value"],
+_PASSES: dict[str, Callable[[pa.Array, Mapping[str, Any]], pa.Array]] = {
+    "equal_to": lambda c, s: pc.equal(c, s["value"]),
+    "not_equal_to": lambda c, s: pc.not_equal(c, s["value"]),
+    "greater_than": lambda c, s: pc.greater(c, s["min_value"]),
+    "greater_than_or_equal_to": lambda c, s: pc.greater_equal(c, s["min_value"]),
+    "less_than": lambda c, s: pc.less(c, s["max_value"]),
+    "less_than_or_equal_to": lambda c, s: pc.less_equal(c, s["max_value"]),
     "in_range": _in_range,
-    "isin": lambda c, s: c.isin(list(s["allowed_values"])),
-    "notin": lambda c, s: ~c.isin(list(s["forbidden_values"])),
-    "str_matches": _str_matches,
-    "str_contains": lambda c, s: c.rlike(_regex(s["pattern"])),
-    "str_startswith": lambda c, s: c.startswith(s["string"]),
-    "str_endswith": lambda c, s: c.endswith(s["string"]),
+    "isin": lambda c, s: pc.is_in(c, value_set=pa.array(list(s["allowed_values"]), c.type)),
+    "notin": lambda c, s: pc.invert(pc.is_in(c, value_set=pa.array(list(s["forbidden_values"]), c.type))),
+    "str_matches": lambda c, s: pc.match_substring_regex(c, _anchored(s)),
+    "str_contains": lambda c, s: pc.match_substring_regex(c, _regex(s["pattern"])),
+    "str_startswith": lambda c, s: pc.starts_with(c, s["string"]),
+    "str_endswith": lambda c, s: pc.ends_with(c, s["string"]),
     "str_length": _str_length,
 }
 """check name -> the condition a passing value satisfies, as in pandera's pyspark built-in checks."""
@@ -103,13 +105,13 @@ class RowCheck:
     def description(self) -> str:
         return f"{self.column}: {self.error or self.check}"
 
-    def fails(self) -> Column:
-        """A boolean column: true where the row fails this check, never null."""
-        column = F.col(f"`{self.column}`")
+    def fails(self, table: pa.Table) -> pa.Array:
+        """A boolean array over `table`'s rows: true where the row fails this check, never null."""
+        column = table.column(self.column).combine_chunks()
         if self.check == "not_nullable":
-            return column.isNull()
+            return column.is_null()
         passes = _PASSES[self.check](column, dict(self.statistics))
-        return F.coalesce(~passes, F.lit(False))
+        return pc.fill_null(pc.and_(column.is_valid(), pc.invert(passes)), False)
 
 
 def compile_model(model: Any, value_schema: StructType) -> tuple[RowCheck, ...]:
@@ -154,15 +156,36 @@ def compile_model(model: Any, value_schema: StructType) -> tuple[RowCheck, ...]:
                     f"{', '.join(sorted(_PASSES))}"
                 )
             stats = tuple(sorted((check.statistics or {}).items()))
-            checks.append(RowCheck(column_name, check.name, stats, check.error))
+            compiled = RowCheck(column_name, check.name, stats, check.error)
+            _try_on_empty(compiled, where, fields[column_name].dataType)
+            checks.append(compiled)
         if not column.nullable:
             checks.append(RowCheck(column_name, "not_nullable"))
     return tuple(checks)
 
 
-def failure_reason(checks: Sequence[RowCheck]) -> Column:
-    """A string column listing every failed check of the row ('; '-separated), null when all pass."""
-    if not checks:
-        return F.lit(None).cast("string")
-    listed = F.concat_ws("; ", *[F.when(c.fails(), F.lit(c.description)) for c in checks])
-    return F.when(listed != "", listed)
+def _try_on_empty(check: RowCheck, where: str, data_type: Any) -> None:
+    """Evaluate `check` on a one-row column of its type, so a pattern RE2 cannot compile or a value of the
+    wrong type is refused when the model is compiled, not in a reading task."""
+    from pipelines.decode import arrow_type
+
+    column_type = arrow_type(data_type, where=check.column)
+    sample = pa.array([""]) if pa.types.is_string(column_type) else pa.nulls(1, column_type)  # RE2 compiles on data
+    try:
+        check.fails(pa.table({check.column: sample}))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise ModelError(f"{where}: check {check.description!r} cannot run on the column: {exc}") from exc
+
+
+def failure_reasons(checks: Sequence[RowCheck], table: pa.Table) -> list[str | None]:
+    """Per row: every failed check's description ('; '-separated), None when all pass."""
+    reasons: list[str | None] = [None] * table.num_rows
+    if not checks or not table.num_rows:
+        return reasons
+    verdicts = [(c.description, c.fails(table)) for c in checks]
+    for description, failed in verdicts:
+        if not failed.true_count:
+            continue
+        for i in pc.indices_nonzero(failed).to_pylist():
+            reasons[i] = description if reasons[i] is None else f"{reasons[i]}; {description}"
+    return reasons

@@ -152,3 +152,31 @@ def test_refused_commit_withdraws_the_published_output(
         result = run_batch(spark, spec_for(lake), kafka_config, member.assignment, member)
         assert result.records == 10 and member.committed_offsets([tp]) == {tp: 10}
         assert len(range_dirs(lake)) == 1
+
+
+def test_tasks_and_spark_write_the_same_sink(
+    spark, kafka_config, topic_factory, produce_records, coordinator, tmp_path
+):
+    """A plain path: the reading tasks write Parquet with pyarrow; a Hadoop `file:` URI (which pyarrow does
+    not take) makes Spark write it, through the JVM's FileSystem: both sinks read back identical."""
+    topic = topic_factory(2)
+    values = [order(i) if i % 7 else b'{"id": "x"}' for i in range(60)]
+    produce_records(topic, [(i % 2, f"k{i}".encode(), v) for i, v in enumerate(values)], one_per_batch=False)
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    outputs = {}
+    for name, root in (("arrow", str(tmp_path / "a")), ("spark", f"file:{tmp_path / 's'}")):
+        result = run_batch(spark, spec_for(root), kafka_config, tps, coordinator.standalone_ledger(f"g-{name}"))
+        assert "read_and_write" in result.stage_seconds if name == "arrow" else "write" in result.stage_seconds
+        assert (result.records, result.quarantined) == (51, 9)
+        sink = spark.read.parquet(root).drop("topic", "partition")
+        quarantine = spark.read.parquet(f"{root}/_quarantine").drop("topic", "partition")
+        outputs[name] = (
+            sorted(map(tuple, sink.collect())),
+            sorted(map(tuple, quarantine.collect())),
+            sink.schema.simpleString(),
+            quarantine.schema.simpleString(),
+        )
+    assert outputs["arrow"] == outputs["spark"]
+    assert outputs["arrow"][2].startswith(
+        "struct<kafka:struct<topic:string,partition:int,offset:bigint,timestamp:timestamp"
+    )

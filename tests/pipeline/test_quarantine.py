@@ -14,7 +14,7 @@ from pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 
 BAD = {
-    3: (b"not json at all", "value is not a JSON object"),
+    3: (b"not json at all", "value is not valid JSON"),
     4: (b'{"id": "seven", "user": "u4", "amount": 1.0}', "JSON does not match the value schema"),
     5: (json.dumps({"id": -5, "user": "u5", "amount": 1.0}).encode(), "id: greater_than(0)"),
     6: (

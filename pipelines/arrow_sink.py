@@ -1,0 +1,177 @@
+"""Parquet written by the reading tasks themselves (pyarrow), into the sink's staging layout.
+
+When the batch has no user transform and pyarrow can write to the sink's file system (local paths and
+`file://`, HDFS, S3, GCS, ...), each reading task writes its span's sink and quarantine rows straight to
+`<root>/_staging/<attempt>/topic=<t>/partition=<p>/part-<from>-<until>.parquet`, the same staging layout a
+Spark write produces; publishing, counting and committing are unchanged (pipelines.sink, pipelines.batch).
+No record crosses into the JVM. A file appears under its final name only when complete (written under a
+hidden temporary name, then moved), so a task that dies mid-write leaves nothing a count or a reader sees.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipelines.checked import RecordChecker
+from pipelines.decode import REASON_COLUMN
+from pipelines.reader import OffsetSpan
+from pipelines.sink import SinkError, SinkLayout
+
+__all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
+
+_COMPRESSION = {
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "zstd": "zstd",
+    "lz4": "lz4",
+    "brotli": "brotli",
+    "none": "NONE",
+    "uncompressed": "NONE",
+}
+
+
+def arrow_compression(codec: str) -> str | None:
+    """pyarrow's name for a Spark Parquet codec, None when pyarrow has no such codec."""
+    return _COMPRESSION.get(codec.lower())
+
+
+def arrow_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
+    """(file system, path) of a sink URI for pyarrow, None when pyarrow cannot write there (the batch then
+    writes through Spark). Plain paths are local, relative ones resolved against the working directory,
+    as Spark resolves them."""
+    if "://" not in uri:
+        if ":" in uri.split("/", 1)[0]:  # a Hadoop URI such as file:/x or s3a:/x: leave it to Spark
+            return None
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ArrowStagedWriter:
+    """Writes the checked rows of spans into one attempt's staging areas (pickled into the tasks)."""
+
+    sink: SinkLayout
+    quarantine: SinkLayout
+    attempt: str
+    compression: str
+    checker: RecordChecker
+
+    def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
+        """Write every checked batch of `span`: valid rows to the sink staging, failed ones to quarantine."""
+        sink = _SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), span, self)
+        quarantine = _SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), span, self)
+        try:
+            for batch in checked:
+                failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
+                sink.write(self.checker.sink_rows(batch), self.checker.sink_schema)
+                if failed:
+                    quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
+            sink.commit()
+            quarantine.commit()
+        finally:
+            sink.abandon()
+            quarantine.abandon()
+
+
+class _SpanFile:
+    """One span's Parquet file in one staging directory, opened on the first row."""
+
+    def __init__(self, directory: str, span: OffsetSpan, owner: ArrowStagedWriter) -> None:
+        resolved = arrow_filesystem(directory)
+        if resolved is None:
+            raise ValueError(f"pyarrow cannot write to {directory}")
+        self._fs, self._dir = resolved
+        self._name = f"part-{span.from_offset}-{span.until_offset}.parquet"
+        self._temporary = f"{self._dir}/.{self._name}.{uuid.uuid4().hex}.tmp"
+        self._compression = arrow_compression(owner.compression)
+        self._writer: Any = None
+
+    def write(self, rows: pa.Table, schema: pa.Schema) -> None:
+        if not rows.num_rows:
+            return
+        if self._writer is None:
+            self._fs.create_dir(self._dir, recursive=True)
+            self._writer = pq.ParquetWriter(self._temporary, schema, filesystem=self._fs, compression=self._compression)
+        self._writer.write_table(rows)
+
+    def commit(self) -> None:
+        """Close the file and move it under its final name (nothing happens when no row was written)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._fs.move(self._temporary, f"{self._dir}/{self._name}")
+
+    def abandon(self) -> None:
+        """After a failure: close and delete the temporary file, if any."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._fs.delete_file(self._temporary)
+
+
+class ArrowFs:
+    """The sink's file operations (those of pipelines.sink.HadoopFs) through pyarrow, for roots pyarrow can
+    reach: no JVM round trip per call, and footers counted without the JVM's Parquet reader."""
+
+    def _resolve(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        resolved = arrow_filesystem(uri)
+        if resolved is None:
+            raise SinkError(f"pyarrow cannot reach {uri}")
+        return resolved
+
+    def _info(self, uri: str) -> tuple[pafs.FileSystem, str, pafs.FileInfo]:
+        fs, path = self._resolve(uri)
+        return fs, path, fs.get_file_info(path)
+
+    def exists(self, uri: str) -> bool:
+        return self._info(uri)[2].type != pafs.FileType.NotFound
+
+    def list_names(self, uri: str) -> list[str]:
+        """Names directly under `uri`; [] when it does not exist."""
+        fs, path, info = self._info(uri)
+        if info.type != pafs.FileType.Directory:
+            return []
+        return sorted(entry.base_name for entry in fs.get_file_info(pafs.FileSelector(path)))
+
+    def delete(self, uri: str) -> None:
+        fs, path, info = self._info(uri)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type != pafs.FileType.NotFound:
+            fs.delete_file(path)
+
+    def touch(self, uri: str) -> None:
+        fs, path = self._resolve(uri)
+        with fs.open_output_stream(path):
+            pass
+
+    def rename(self, source: str, target: str) -> None:
+        """Move `source` to `target`, which must not exist; its parent is created."""
+        fs, src = self._resolve(source)
+        _, dst, info = self._info(target)
+        if info.type != pafs.FileType.NotFound:
+            raise SinkError(f"cannot move {source} to {target}: the target exists")
+        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        fs.move(src, dst)
+
+    def parquet_record_count(self, uri: str) -> int:
+        """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""
+        total = 0
+        fs, path = self._resolve(uri)
+        for name in self.list_names(uri):
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            with fs.open_input_file(f"{path}/{name}") as handle:
+                total += pq.ParquetFile(handle).metadata.num_rows
+        return total
