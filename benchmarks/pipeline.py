@@ -2,8 +2,9 @@
 
 On the embedded Tansu broker: produce N JSON records over 8 partitions (batched), read them all with a
 single plain consumer (the raw rate), start Spark (timed separately), then run one `run_batch` over the
-8 partitions: read (mapInArrow + confluent-kafka), decode (from_json), validate (pandera model as Spark
-expressions), write Parquet, check counts, commit to the ledger (SQLite coordinator) and mirror to Kafka.
+8 partitions: read (mapInArrow + confluent-kafka), decode (msgspec) and validate (the pandera model as Arrow
+kernels) in the reading tasks, write Parquet (pyarrow, from the same tasks), check counts, commit to the
+ledger (SQLite coordinator) and mirror to Kafka.
 One record in 1,000 is malformed, so the quarantine path runs too. The headline pipeline figure is the
 JVM's first batch (JIT warm-up included); the same batch is then run again (fresh group and sink) to
 show the warm-JVM rate.

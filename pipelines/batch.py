@@ -6,9 +6,12 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 
 Guarantees (SPEC section 5):
 
-- each range is read from Kafka once; the decoded, validated frame is persisted and everything after
-  reads it; the readers count what they consumed (records and bytes per partition, in a Spark
-  accumulator);
+- each range is read from Kafka once, by a Spark task that also decodes and validates its records
+  (pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition, in
+  a Spark accumulator);
+- with no transform, and a sink pyarrow can write, the tasks write the sink and quarantine rows
+  themselves (pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
+  rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
   consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
 - before anything is published, the ledger is asked whether the commit would be accepted (empty ranges at

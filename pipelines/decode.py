@@ -1,10 +1,9 @@
-"""Decoding Kafka values with Arrow, inside the reading tasks: raw bytes, UTF-8 text, or JSON into a schema.
+"""Decoding Kafka values inside the reading tasks: raw bytes, UTF-8 text, or JSON into a declared schema.
 
 `ValueDecoder.decode` turns one Arrow batch of raw values into the declared value columns (the top-level
-fields of the JSON schema, or a single `value` column) plus a failure reason per record (null when the
-record decoded). It runs in the executor's Python worker right after the Kafka read, in C++ for whole
-batches (pyarrow's JSON parser and compute kernels), so no per-record Python and no JVM work is spent on
-records that decode; per-record Python runs only to name what is wrong with a record that does not.
+fields of the JSON schema, or a single `value` column) plus a failure reason per record (None when the
+record decoded). It runs in the executor's Python worker right after the Kafka read, so no JVM work is
+spent on decoding: UTF-8 is checked by one Arrow cast per batch, JSON by msgspec (C) per value.
 
 JSON rules (strict, RFC 8259): a value must be valid UTF-8 holding exactly one JSON object and nothing
 after it; each declared field must have the declared type (no string <-> number coercion; integers must fit

@@ -54,8 +54,9 @@ class BatchResult:
 
     `committed` are the ranges the ledger accepted (gaps included); `mirror_error` is set when the Kafka
     mirror failed after the ledger commit (the ledger's commit stands). `stage_seconds` holds wall-clock
-    time per stage: plan, read (read + decode + validate, materialized once), write (the sink),
-    quarantine (only when records failed), verify, publish, commit, mirror.
+    time per stage: plan, then either read_and_write (the tasks read, check and write both outputs) or
+    read (read + decode + validate, materialized once), write (the sink through Spark) and quarantine
+    (only when records failed); then verify, publish, commit, mirror.
     """
 
     run_id: str
