@@ -89,6 +89,11 @@ class RecordChecker:
             for i, failed in enumerate(failure_reasons(self.checks, decoded)):
                 if failed is not None and reasons[i] is None:
                     reasons[i] = failed
+        errors = raw.column("error")  # the reader could not read the whole record: that reason comes first
+        if errors.null_count < len(errors):
+            for i, error in enumerate(errors.to_pylist()):
+                if error is not None:
+                    reasons[i] = error
         reason = pa.array(reasons, pa.string())
         if reason.null_count == len(reason):  # the common case: every record passed
             raw_value = pa.nulls(len(reason), pa.binary())

@@ -201,11 +201,22 @@ def _json_decoder(schema_json: str) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(_struct_type(StructType.fromJson(__import__("json").loads(schema_json))))
 
 
-def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> pa.Array:
-    """One Arrow column from the decoded Python values of a field."""
+def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> tuple[pa.Array, dict[int, str]]:
+    """One Arrow column from the decoded Python values of a field, and the rows whose value Arrow cannot
+    hold (a string with a lone surrogate escape such as "\\ud800", which UTF-8 cannot encode), nulled."""
     if isinstance(data_type, (StructType, ArrayType)):
         values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
-    return pa.array(values, arrow)
+    try:
+        return pa.array(values, arrow), {}
+    except (UnicodeError, pa.ArrowException, OverflowError, ValueError):
+        refused: dict[int, str] = {}
+        for i, value in enumerate(values):
+            try:
+                pa.array([value], arrow)
+            except (UnicodeError, pa.ArrowException, OverflowError, ValueError) as exc:
+                refused[i] = f"{type(exc).__name__}: {exc}"
+                values[i] = None
+        return pa.array(values, arrow), refused
 
 
 @dataclass(frozen=True)
@@ -258,12 +269,17 @@ class ValueDecoder:
                 else:
                     reasons[i] = f"JSON does not match the value schema {schema}: {message}"
             except msgspec.DecodeError as exc:
-                reasons[i] = f"value is not valid JSON: {exc}"
+                blank = not value.strip()
+                reasons[i] = f"value is not valid JSON: {'it is empty or blank' if blank else exc}"
+            except RecursionError:
+                reasons[i] = "value is not valid JSON for this schema: it is nested too deeply to decode"
         columns = []
         for k, field in enumerate(self.columns.fields):
             get = attrgetter(f"f{k}")
             values = list(map(get, decoded))
-            column = _column(values, field.dataType, self.arrow_schema.field(k).type)
+            column, refused = _column(values, field.dataType, self.arrow_schema.field(k).type)
+            for i, problem in refused.items():
+                reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
             if not field.nullable and column.null_count:
                 for i in pc.indices_nonzero(column.is_null()).to_pylist():
                     if reasons[i] is None:
