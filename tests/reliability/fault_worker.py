@@ -24,9 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from assets.translator import DagsterCohortTranslator
-from assets.worker import SLOT_TAG, worker_run_config
-from tests.reliability.faults import POINTS, SPARK, FaultScenario, open_instance, scenario_definitions
+from tests.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, FaultScenario
 
 __all__ = ["die", "install", "main"]
 
@@ -137,18 +135,29 @@ def install(point: str, marker: str) -> Callable[..., Any] | None:
 
 
 def _start_spark_early(point: str) -> None:
-    """Start this process's Spark on a thread while the slot joins (a victim that reads needs its own JVM;
-    starting it during the join phase's wait saves the scenario that time, and the run's `get_session()`
-    then returns the same session)."""
-    if next(p for p in POINTS if p.key == point).reads:
-        threading.Thread(target=lambda: SPARK.model_copy().get_session(), name="spark-start", daemon=True).start()
+    """Start this process's Spark on a thread before the heavy imports and the join (a victim that reads
+    needs its own JVM; starting it while the slot joins saves the scenario that time). The run's
+    `SparkResource.get_session()` then gets this session: the same settings, the product's defaults."""
+    if not next(p for p in POINTS if p.key == point).reads:
+        return
+
+    def start() -> None:
+        from pipelines.spark import build_session
+
+        build_session(master=SPARK_MASTER, conf={"spark.ui.showConsoleProgress": "false", **SPARK_CONF})
+
+    threading.Thread(target=start, name="spark-start", daemon=True).start()
 
 
 def main() -> int:
     """Run the scenario's victim slot with its fault installed; exit 0/1 only if the fault never hit."""
     scenario = FaultScenario.from_json(sys.argv[1])
-    runner = install(scenario.point, scenario.marker)
     _start_spark_early(scenario.point)
+    from assets.translator import DagsterCohortTranslator
+    from assets.worker import SLOT_TAG, worker_run_config
+    from tests.reliability.faults import open_instance, scenario_definitions
+
+    runner = install(scenario.point, scenario.marker)
     defs, config = scenario_definitions(scenario, victim=True, runner=runner)
     job = defs.resolve_job_def(DagsterCohortTranslator().get_job_name(config.group))
     with open_instance(scenario) as instance:

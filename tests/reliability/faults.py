@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from pipelines.kafka_client import create_topic, produce
 from pipelines.spec import PipelineSpec
 from resources import KafkaResource, SparkResource
 from tests.dagster.support import VALUE_SCHEMA, json_records, wait_for
+from tests.reliability.fault_points import ASSIGNORS, POINTS, SPARK_CONF, SPARK_MASTER, FaultPoint, FaultScenario
 from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets
 
 __all__ = [
@@ -69,55 +70,8 @@ T = DagsterCohortTranslator()
 PARTITIONS = 4
 RECORDS = 100
 MALFORMED = frozenset({5, 58})
-VICTIM_DELAY_S = 4.0
+VICTIM_DELAY_S = 3.0
 """The victim's initial rebalance delay: the survivor joins the same (first) generation within it."""
-
-
-@dataclass(frozen=True)
-class FaultPoint:
-    """Where the victim dies: `key` for the command line, `label` for the table; `reads` when the victim
-    gets as far as its batch (it then needs its own Spark)."""
-
-    key: str
-    label: str
-    reads: bool = True
-
-
-POINTS: tuple[FaultPoint, ...] = (
-    FaultPoint("after-join", "after join, before sync", reads=False),
-    FaultPoint("after-sync", "after sync, before reading", reads=False),
-    FaultPoint("mid-read", "mid-read (executor, after the first batch)"),
-    FaultPoint("after-write", "after the sink write, before the ledger commit"),
-    FaultPoint("after-commit", "after the ledger commit, before the Kafka mirror"),
-    FaultPoint("after-mirror", "after the Kafka mirror, before the materialization events"),
-    FaultPoint("heartbeat", "while heartbeating (batch running)"),
-)
-ASSIGNORS: tuple[str, ...] = ("sticky", "cooperative-sticky")
-"""The eager and the cooperative assignor."""
-
-
-@dataclass(frozen=True)
-class FaultScenario:
-    """Everything the victim process needs (serializable), and the harness too."""
-
-    bootstrap: str
-    group: str
-    topic: str
-    sink: str
-    store_url: str
-    dagster_home: str
-    assignor: str
-    point: str
-    marker: str
-    victim_slot: int = 1
-    survivor_slot: int = 2
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> FaultScenario:
-        return cls(**json.loads(text))
 
 
 def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
@@ -144,7 +98,7 @@ def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
     )
 
 
-SPARK = SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+SPARK = SparkResource(master=SPARK_MASTER, conf=SPARK_CONF)
 
 
 def scenario_definitions(
@@ -322,6 +276,21 @@ class _ScenarioRun:
         self.victim_run_id = member.client_id or ""
         self._mark("victim_joined_s")
         self.survivor.start()
+
+        def survivor_joined() -> Any:
+            if not self.survivor.is_alive():
+                raise AssertionError(f"the survivor run ended before joining: {self.survivor.error!r}")
+            group = self.coordinator.describe_group(self.scenario.group)
+            slots = {self.config.group_resource().slot_of(m.instance_id) for m in group.members}
+            return group if self.scenario.survivor_slot in slots else None
+
+        group = wait_for(survivor_joined, timeout_s=60, what="the survivor to join", interval_s=0.05)
+        self._mark("survivor_joined_s")
+        if group.generation != 0:
+            raise AssertionError(
+                f"the survivor joined after the first join phase had completed (generation {group.generation}): "
+                f"the victim's initial rebalance delay ({VICTIM_DELAY_S} s) was too short on this machine"
+            )
 
     def wait_for_kill(self, spark: Any) -> tuple[float, Leftovers]:
         """Wait for the victim's SIGKILL at its point; return the kill time (its marker) and the leftovers."""
