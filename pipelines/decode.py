@@ -201,11 +201,37 @@ def _json_decoder(schema_json: str) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(_struct_type(StructType.fromJson(__import__("json").loads(schema_json))))
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _has_timestamp(data_type: DataType) -> bool:
+    if isinstance(data_type, StructType):
+        return any(_has_timestamp(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _has_timestamp(data_type.elementType)
+    return isinstance(data_type, TimestampType)
+
+
+def _epoch_micros(value: Any) -> Any:
+    """Datetimes (anywhere in a decoded value) as microseconds since the epoch, UTC when naive: the offset
+    is applied here, exactly, rather than left to each consumer of a Python datetime."""
+    if isinstance(value, datetime.datetime):
+        delta = (value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)) - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, dict):
+        return {k: _epoch_micros(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_epoch_micros(v) for v in value]
+    return value
+
+
 def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> tuple[pa.Array, dict[int, str]]:
     """One Arrow column from the decoded Python values of a field, and the rows whose value Arrow cannot
     hold (a string with a lone surrogate escape such as "\\ud800", which UTF-8 cannot encode), nulled."""
     if isinstance(data_type, (StructType, ArrayType)):
         values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
+    if _has_timestamp(data_type):
+        values = [_epoch_micros(v) for v in values]
     try:
         return pa.array(values, arrow), {}
     except (UnicodeError, pa.ArrowException, OverflowError, ValueError):
