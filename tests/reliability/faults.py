@@ -10,6 +10,9 @@ One scenario, for a fault point and an assignor:
 3. the victim SIGKILLs its process group at the point; the harness snapshots what it left behind;
 4. the membership sensor, with a ManualClock set just past the victim's session deadline (the survivor,
    which heartbeats, stays live), expires the victim, starts the rebalance and requests a rerun of slot 1;
+   then the killed run is marked failed, as Dagster's run monitoring does for a dead run worker (there is
+   no monitoring daemon under execute_in_process), and the sensor ticks again: a victim that had left the
+   group before it died (killed before its materialization events) is rerun from that tick;
 5. the gate opens: the survivor finishes through the rebalance (eager: it commits before rejoining;
    cooperative: it rejoins on its heartbeat thread and commits in the new generation, or, killed before
    sync, it rejoins and gets every partition), then the requested rerun runs in-process;
@@ -56,7 +59,9 @@ from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_deliver
 
 __all__ = [
     "ASSIGNORS",
+    "PARTITIONS",
     "POINTS",
+    "RECORDS",
     "FaultPoint",
     "FaultReport",
     "FaultScenario",
