@@ -75,7 +75,7 @@ T = DagsterCohortTranslator()
 PARTITIONS = 4
 RECORDS = 100
 MALFORMED = frozenset({5, 58})
-VICTIM_DELAY_S = 3.0
+VICTIM_DELAY_S = 4.0
 """The victim's initial rebalance delay: the survivor joins the same (first) generation within it."""
 
 
@@ -132,6 +132,7 @@ class Leftovers:
 
     marker_point: str
     exit_code: int | None
+    elected: tuple[str | None, str | None]
     victim_run_id: str
     victim_in_group: bool
     victim_synced: bool
@@ -208,17 +209,18 @@ class _Survivor(threading.Thread):
 
     def __init__(self, scenario: FaultScenario, gate: threading.Event) -> None:
         super().__init__(name="fault-survivor", daemon=True)
-        self.scenario, self.gate = scenario, gate
+        self.scenario = scenario
+        defs, self.config = scenario_definitions(scenario, victim=False, runner=_gated(gate, 240.0))
+        self.job = defs.resolve_job_def(T.get_job_name(self.config.group))  # built ahead: it joins in time
         self.success: bool | None = None
         self.error: BaseException | None = None
         self.run_id: str | None = None
 
     def run(self) -> None:
-        defs, config = scenario_definitions(self.scenario, victim=False, runner=_gated(self.gate, 240.0))
         try:
             with open_instance(self.scenario) as instance:
-                result = defs.resolve_job_def(T.get_job_name(config.group)).execute_in_process(
-                    run_config=worker_run_config(config, self.scenario.survivor_slot),
+                result = self.job.execute_in_process(
+                    run_config=worker_run_config(self.config, self.scenario.survivor_slot),
                     instance=instance,
                     tags={SLOT_TAG: str(self.scenario.survivor_slot)},
                     raise_on_error=False,
@@ -314,6 +316,7 @@ class _ScenarioRun:
         killed = json.loads(marker.read_text())
         wait_for(lambda: not _group_alive(self.victim.pid), timeout_s=30, what="the victim's process group to die")
         self._mark("killed_s")
+        group = self.coordinator.describe_group(self.scenario.group)
         victim = _members_by_slot(self.coordinator, self.config).get(self.scenario.victim_slot)
         tps = [TopicPartition(self.scenario.topic, p) for p in range(PARTITIONS)]
         records = self.instance.get_records_for_run(
@@ -322,6 +325,7 @@ class _ScenarioRun:
         return float(killed["at"]), Leftovers(
             marker_point=str(killed["point"]),
             exit_code=exit_code,
+            elected=(group.assignor, group.rebalance_protocol),
             victim_run_id=self.victim_run_id,
             victim_in_group=victim is not None,
             victim_synced=bool(victim is not None and victim.synced),

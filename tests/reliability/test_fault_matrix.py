@@ -29,7 +29,7 @@ from assets.translator import DagsterCohortTranslator
 from assets.worker import RERUN_TAG, SLOT_TAG, worker_run_config
 from assignment.coordinator import Coordinator
 from assignment.memory_store import MemoryGroupStore
-from assignment.types import OffsetRange, TopicPartition
+from assignment.types import COOPERATIVE, EAGER, OffsetRange, TopicPartition
 from pipelines.batch import run_batch
 from pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
 from pipelines.spec import PipelineSpec
@@ -82,6 +82,7 @@ def test_a_worker_killed_at_any_point_is_recovered_through_the_sensors(
 ) -> None:
     report = run_fault_scenario(point, assignor, bootstrap=broker.bootstrap_servers, spark=spark, workdir=tmp_path)
     assert report.leftovers.marker_point == point and report.leftovers.exit_code == -9
+    assert report.leftovers.elected == (assignor, COOPERATIVE if assignor == "cooperative-sticky" else EAGER)
     _check_leftovers(point, report)
     # one rerun of the victim's slot, keyed to its run, over both sensor ticks
     assert [(r[SLOT_TAG], r[RERUN_TAG]) for r in report.rerun_requests] == [("1", report.leftovers.victim_run_id)]
