@@ -77,8 +77,9 @@ def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[
     return read_range
 
 
-def install(point: str, marker: str) -> Callable[..., Any] | None:
-    """Wrap the real function at `point`'s boundary; return the batch runner to use (None: the default).
+def install(point: str, marker: str) -> Callable[..., Any]:
+    """Wrap the real function at `point`'s boundary; return the batch runner for the worker job (the real
+    `run_batch`, with the ledger or mirror wrapped for the points there; it also marks the batch running).
 
     after-join: `Coordinator.sync` (the join phase completed, the sync request not sent);
     after-sync: `GroupMember.join` returning (the assignment received, nothing planned or read);
