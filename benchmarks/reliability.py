@@ -1,14 +1,16 @@
-"""The SIGKILL fault-injection matrix: every fault point under the eager and the cooperative assignor.
+"""The fault-injection matrix: SIGKILL at every fault point, then a zombie (SIGSTOP), the broker going down
+mid-batch and a wrong bootstrap address, each under the eager and the cooperative assignor.
 
 Usage:
-    python benchmarks/reliability.py [--points after-join,mid-read] [--assignors sticky] [--write]
+    python benchmarks/reliability.py [--points after-join,mid-read] [--assignors sticky] [--sigkill-only] [--write]
 
 Each scenario (tests/reliability/faults.py) kills a real worker run's process group (SIGKILL, Spark JVM
 included) at one point, recovers through the membership sensor (a ManualClock skips the session timeout)
 and audits the sink, the quarantine, the ledger, Kafka's committed offsets and the materializations. The
 script prints the markdown table and, last, one JSON object; `--write` rewrites benchmarks/RELIABILITY.md
 with the table and the exact command. It exits non-zero when any scenario lost or duplicated a record or
-left an audit problem.
+left an audit problem. The other faults are tests/reliability/zombie_scenarios.py and broker_scenarios.py,
+the same scenarios test_zombies.py and test_broker_faults.py assert on.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pipelines.spark import build_session  # noqa: E402
 from resources.embedded_broker import EmbeddedBroker  # noqa: E402
 from resources.kafka import release_shared_clients  # noqa: E402
+from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario  # noqa: E402
 from tests.reliability.faults import ASSIGNORS, POINTS, FaultReport, run_fault_scenario  # noqa: E402
+from tests.reliability.outcome import FaultOutcome  # noqa: E402
+from tests.reliability.zombie_scenarios import run_zombie_scenario  # noqa: E402
 
 OUTPUT = ROOT / "benchmarks" / "RELIABILITY.md"
 HEADER = "| fault | point | assignor | produced | lost | duplicated | recovered in s |\n|---|---|---|---|---|---|---|"
@@ -77,15 +82,49 @@ BOUNDARIES: tuple[tuple[str, str], ...] = (
 )
 
 
-def render(reports: list[FaultReport], command: str, seconds: float) -> str:
-    """RELIABILITY.md: the table, the command that made it, and how to read it."""
+def _other_faults(spark: object, bootstrap: str, workdir: Path, assignor: str) -> list[FaultOutcome]:
+    """The zombie and broker-fault scenarios under one assignor, one row each."""
+    return [
+        run_zombie_scenario(spark, bootstrap, workdir / f"zombie-{assignor}", assignor=assignor),
+        run_broker_down_scenario(spark, workdir / f"down-read-{assignor}", point="read", assignor=assignor),
+        run_broker_down_scenario(spark, workdir / f"down-plan-{assignor}", point="plan", assignor=assignor),
+        run_wrong_bootstrap_scenario(spark, bootstrap, workdir / f"wrong-{assignor}", assignor=assignor),
+    ]
+
+
+OTHER_FAULTS = """## Zombies and broker faults
+
+| fault | point | assignor | produced | lost | duplicated | recovered in s |
+|---|---|---|---|---|---|---|
+{rows}
+
+Each: a topic of 2 partitions with 40 JSON records (one malformed) and a group of worker slots that are
+real Dagster runs. SIGSTOP (zombie): the worker is paused inside its batch (after reading, before the sink
+write) past its session; the membership sensor (ManualClock) expires it and its rerun commits everything;
+resumed, the zombie's commit is refused (UNKNOWN_MEMBER_ID) before it publishes, so its output never becomes
+visible and the ledger, Kafka's committed offsets and the sink stay as the rerun left them. Broker down: a
+fault proxy in front of a broker that advertises the proxy (the embedded Tansu broker keeps its log in
+memory, so closing and reopening the proxy stands in for a restart) goes down at the first Fetch of the read
+or the first ListOffsets of the planning; the run fails with an error naming the partition and offset (or
+the watermark request), nothing is committed or published, and once the broker is back the sensor's rerun
+consumes everything once. Wrong bootstrap: a closed port; the run fails before joining with an error naming
+the address, and the rerun with the right address consumes everything once. `recovered in s`: zombie, from
+the pause to the rerun's success; broker down, from the broker's return to the end of the rerun; wrong
+bootstrap, the rerun itself.
+"""
+
+
+def render(reports: list[FaultReport], others: list[FaultOutcome], command: str, seconds: float) -> str:
+    """RELIABILITY.md: the tables, the command that made them, and how to read them."""
     rows = "\n".join(r.outcome.row() for r in reports)
-    problems = [f"- {r.outcome.point} / {r.outcome.assignor}: {p}" for r in reports for p in r.outcome.problems]
+    outcomes = [r.outcome for r in reports] + others
+    problems = [f"- {o.fault} {o.point} / {o.assignor}: {p}" for o in outcomes for p in o.problems]
+    other_rows = OTHER_FAULTS.format(rows="\n".join(o.row() for o in others)) if others else ""
     boundaries = "\n".join(f"| {point} | {where} |" for point, where in BOUNDARIES)
     load, when = os.getloadavg()[0], datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"""# Reliability: the SIGKILL fault-injection matrix
+    return f"""# Reliability: the fault-injection matrix
 
-Produced by `benchmarks/reliability.py` on {when}, {len(reports)} scenarios in
+Produced by `benchmarks/reliability.py` on {when}, {len(reports) + len(others)} scenarios in
 {seconds:.0f} s, on a 2-core machine shared with other engineers' test runs (load average {load:.1f} at the end), from
 the repository root with the project's venv:
 
@@ -98,6 +137,7 @@ the repository root with the project's venv:
 
 {_verdict(problems)}
 
+{other_rows}
 ## What one row is
 
 A topic of 4 partitions holds 100 JSON records (2 of them malformed: they must end up in the quarantine).
@@ -148,12 +188,14 @@ def main() -> int:
     keys = [p.key for p in POINTS]
     parser.add_argument("--points", default=",".join(keys), help=f"comma-separated subset of {keys}")
     parser.add_argument("--assignors", default=",".join(ASSIGNORS), help=f"comma-separated subset of {ASSIGNORS}")
+    parser.add_argument("--sigkill-only", action="store_true", help="skip the zombie and broker-fault scenarios")
     parser.add_argument("--write", action="store_true", help=f"rewrite {OUTPUT.relative_to(ROOT)}")
     args = parser.parse_args()
     points = _csv(args.points, keys, "points")
     assignors = _csv(args.assignors, list(ASSIGNORS), "assignors")
     command = "python benchmarks/reliability.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     reports: list[FaultReport] = []
+    others: list[FaultOutcome] = []
     started = time.perf_counter()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="cohort-reliability-") as tmp:
         spark = build_session(
@@ -176,28 +218,33 @@ def main() -> int:
                     print(report.outcome.row(), flush=True)
                     timings = ", ".join(f"{k} {v:.1f}" for k, v in report.timings.items())
                     print(f"  {point} / {assignor}: {timings}", file=sys.stderr, flush=True)
+            for assignor in [] if args.sigkill_only else assignors:
+                for outcome in _other_faults(spark, broker.bootstrap_servers, Path(tmp), assignor):
+                    others.append(outcome)
+                    print(outcome.row(), flush=True)
         finally:
             spark.stop()
             release_shared_clients()
     seconds = time.perf_counter() - started
     print()
     print(HEADER)
-    for report in reports:
-        print(report.outcome.row())
-    failed = [r for r in reports if r.outcome.lost or r.outcome.duplicated or r.outcome.problems]
-    for report in failed:
-        for problem in report.outcome.problems:
-            print(f"problem: {report.outcome.point} / {report.outcome.assignor}: {problem}", file=sys.stderr)
+    outcomes = [r.outcome for r in reports] + others
+    for outcome in outcomes:
+        print(outcome.row())
+    failed = [o for o in outcomes if o.lost or o.duplicated or o.problems]
+    for outcome in failed:
+        for problem in outcome.problems:
+            print(f"problem: {outcome.fault} {outcome.point} / {outcome.assignor}: {problem}", file=sys.stderr)
     if args.write:
-        OUTPUT.write_text(render(reports, command.strip(), seconds))
+        OUTPUT.write_text(render(reports, others, command.strip(), seconds))
     print(
         json.dumps(
             {
-                "scenarios": len(reports),
-                "lost": sum(r.outcome.lost for r in reports),
-                "duplicated": sum(r.outcome.duplicated for r in reports),
-                "problems": sum(len(r.outcome.problems) for r in reports),
-                "max_recovered_s": round(max((r.outcome.recovered_s for r in reports), default=0.0), 2),
+                "scenarios": len(outcomes),
+                "lost": sum(o.lost for o in outcomes),
+                "duplicated": sum(o.duplicated for o in outcomes),
+                "problems": sum(len(o.problems) for o in outcomes),
+                "max_recovered_s": round(max((o.recovered_s for o in outcomes), default=0.0), 2),
                 "seconds": round(seconds, 1),
             }
         )
