@@ -32,14 +32,14 @@ _COMPRESSION = {
     "gzip": "gzip",
     "zstd": "zstd",
     "lz4": "lz4",
-    "brotli": "brotli",
     "none": "NONE",
     "uncompressed": "NONE",
 }
 
 
 def arrow_compression(codec: str) -> str | None:
-    """pyarrow's name for a Spark Parquet codec, None when pyarrow has no such codec."""
+    """pyarrow's name for a Spark Parquet codec, None when the tasks must not write it: pyarrow has no such
+    codec, or Spark's reader could not read it back (brotli needs a codec jar Spark does not ship)."""
     return _COMPRESSION.get(codec.lower())
 
 
