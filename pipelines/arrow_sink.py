@@ -69,8 +69,9 @@ class ArrowStagedWriter:
 
     def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
         """Write every checked batch of `span`: valid rows to the sink staging, failed ones to quarantine."""
-        sink = _SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), span, self)
-        quarantine = _SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), span, self)
+        codec = arrow_compression(self.compression)
+        sink = _SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), span, codec)
+        quarantine = _SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), span, codec)
         try:
             for batch in checked:
                 failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
@@ -87,14 +88,14 @@ class ArrowStagedWriter:
 class _SpanFile:
     """One span's Parquet file in one staging directory, opened on the first row."""
 
-    def __init__(self, directory: str, span: OffsetSpan, owner: ArrowStagedWriter) -> None:
+    def __init__(self, directory: str, span: OffsetSpan, compression: str | None) -> None:
         resolved = arrow_filesystem(directory)
         if resolved is None:
             raise ValueError(f"pyarrow cannot write to {directory}")
         self._fs, self._dir = resolved
         self._name = f"part-{span.from_offset}-{span.until_offset}.parquet"
         self._temporary = f"{self._dir}/.{self._name}.{uuid.uuid4().hex}.tmp"
-        self._compression = arrow_compression(owner.compression)
+        self._compression = compression
         self._writer: Any = None
 
     def write(self, rows: pa.Table, schema: pa.Schema) -> None:

@@ -41,7 +41,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import pyarrow as pa
 from pyspark import StorageLevel
 
 from assignment.ledger import OffsetLedger, OffsetMirror
@@ -50,7 +49,7 @@ from pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, 
 from pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from pipelines.positions import gather_positions
-from pipelines.reader import OffsetSpan, read_spans, read_stats_accumulator
+from pipelines.reader import read_stats_accumulator
 from pipelines.results import BatchResult, CountMismatchError, PartitionResult
 from pipelines.sink import HadoopFs, SinkFs, SinkLayout
 from pipelines.spec import PipelineSpec
@@ -219,15 +218,9 @@ def _stage(
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     accumulator = read_stats_accumulator(spark)
     if _tasks_can_write(spec, sink, quarantine, attempt):
-        with _timed(stages, "read_and_write"):
-            _read_and_write(
-                spark,
-                spec,
-                kafka_config,
-                plan,
-                ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker),
-                accumulator,
-            )
+        writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
+        with _timed(stages, "read_and_write"):  # one job, no record crosses into the JVM
+            checked_frame(spark, spec, kafka_config, plan.spans, accumulator, writer=writer).collect()
         stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages, accumulator)
@@ -260,34 +253,6 @@ def _tasks_can_write(spec: PipelineSpec, sink: SinkLayout, quarantine: SinkLayou
         and arrow_compression(spec.compression) is not None
         and all(arrow_filesystem(layout.staging_root(attempt)) is not None for layout in (sink, quarantine))
     )
-
-
-def _read_and_write(
-    spark: Any,
-    spec: PipelineSpec,
-    kafka_config: Mapping[str, Any],
-    plan: BatchPlan,
-    writer: ArrowStagedWriter,
-    accumulator: Any,
-) -> None:
-    """One Spark job whose tasks read their span, check it and write both outputs to staging (Arrow only:
-    no record crosses into the JVM)."""
-    checker = spec.checker
-
-    def write(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        writer.write_span(span, map(checker.check, batches))
-        yield from ()
-
-    read_spans(
-        spark,
-        {**kafka_config, **spec.consumer_config},
-        plan.spans,
-        read_stats=accumulator,
-        process=write,
-        schema="written long",
-        batch_size=spec.consume_batch_size,
-        read_timeout_s=spec.read_timeout_s,
-    ).collect()
 
 
 def _read_then_write(

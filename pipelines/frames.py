@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from pipelines.arrow_sink import ArrowStagedWriter
 from pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
 from pipelines.reader import OffsetSpan, read_spans
 from pipelines.spec import PipelineSpec
@@ -31,22 +32,42 @@ class TransformError(ValueError):
 
 
 def checked_frame(
-    spark: Any, spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan], read_stats: Any
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    spans: Sequence[OffsetSpan],
+    read_stats: Any,
+    *,
+    writer: ArrowStagedWriter | None = None,
 ) -> DataFrame:
-    """Read `spans`, decode and validate in the reading tasks: one row per consumed record."""
+    """Read `spans`, decode and validate in the reading tasks: one row per consumed record.
+
+    With a `writer`, the tasks write the checked rows to its staging areas themselves and hand nothing to
+    Spark: the frame is empty, and computing it is the whole batch's reading and writing.
+    """
     checker = spec.checker
 
     def check(_span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for raw in batches:
             yield checker.check(raw)
 
+    process, schema = check, checker.spark_schema
+    if writer is not None:
+        staged = writer
+
+        def write(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            staged.write_span(span, map(checker.check, batches))
+            yield from ()
+
+        process, schema = write, "written long"
+
     return read_spans(
         spark,
         {**kafka_config, **spec.consumer_config},
         spans,
         read_stats=read_stats,
-        process=check,
-        schema=checker.spark_schema,
+        process=process,
+        schema=schema,
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )
