@@ -32,17 +32,17 @@ system-deps:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m assets.demo
+	$(PY) -m cohort.demo
 
 test: $(STAMP) system-deps
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) system-deps
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/[a-z]*.py; do m=$$(basename $$b .py); echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done
 
 ui: $(STAMP)
-	$(PY) -m assets.ui
+	$(PY) -m cohort.devtools.ui
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,16 +1,22 @@
-"""Cohort's Dagster layer: per-topic assets, the worker job, schedules, sensors, asset checks, CLI and demo.
+"""Cohort's Dagster layer: per-topic assets, the worker job, schedules, sensors, asset checks, Definitions.
 
-Public API (imported lazily, so `cohort --help` does not load Dagster and Spark):
-
-    >>> from assets import CohortConfig, build_cohort_definitions  # doctest: +SKIP
-    >>> defs = build_cohort_definitions(  # doctest: +SKIP
-    ...     [CohortConfig(group="orders-ingest", topics=("orders",), pipeline=spec)],
+Example:
+    >>> from cohort.assets import CohortConfig, build_cohort_definitions
+    >>> from cohort.pipelines import PipelineSpec
+    >>> from cohort.resources import KafkaResource
+    >>> defs = build_cohort_definitions(
+    ...     [CohortConfig(group="orders-ingest", topics=("orders",), pipeline=PipelineSpec(sink_path="/tmp/lake"))],
     ...     kafka=KafkaResource(bootstrap_servers="broker:9092"),
-    ... )
+    ... )  # doctest: +SKIP
 """
 
-from importlib import import_module
-from typing import Any
+from cohort.assets.audit import PartitionAudit, audit_partition
+from cohort.assets.checks import build_topic_checks
+from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from cohort.assets.factory import CohortDefinitions, build_cohort_definitions, build_worker_schedule, cohort_assets
+from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assets.worker import build_worker_job, worker_run_config
 
 __all__ = [
     "CohortConfig",
@@ -30,29 +36,3 @@ __all__ = [
     "cohort_assets",
     "worker_run_config",
 ]
-
-_HOMES = {
-    "CohortConfig": "assets.translator",
-    "DagsterCohortTranslator": "assets.translator",
-    "CohortDefinitions": "assets.factory",
-    "build_cohort_definitions": "assets.factory",
-    "build_worker_schedule": "assets.factory",
-    "cohort_assets": "assets.factory",
-    "GroupCursor": "assets.cursors",
-    "MembershipCursor": "assets.cursors",
-    "TopicCursor": "assets.cursors",
-    "PartitionAudit": "assets.audit",
-    "audit_partition": "assets.audit",
-    "build_membership_sensor": "assets.sensors",
-    "build_topic_sensor": "assets.sensors",
-    "build_topic_checks": "assets.checks",
-    "build_worker_job": "assets.worker",
-    "worker_run_config": "assets.worker",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'assets' has no attribute {name!r}")
-    return getattr(import_module(home), name)

@@ -6,7 +6,7 @@ mirror), and measures the lag against the end offset. `gather_audits` collects t
 coordinator, the Dagster instance and Kafka; `audit_partition` decides with plain values.
 
 Example:
-    >>> from assignment.types import TopicPartition
+    >>> from cohort.common.types import TopicPartition
     >>> audit = audit_partition(TopicPartition("t", 0), [(0, 10, None), (10, 25, None)], {(0, 10), (10, 25)},
     ...                         kafka_committed=25, end_offset=30)
     >>> audit.ok, audit.lag
@@ -21,8 +21,8 @@ from typing import Any
 
 import dagster as dg
 
-from assignment.coordinator import Coordinator
-from assignment.types import TopicPartition
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import TopicPartition
 
 __all__ = ["PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from assets.audit import gather_audits
-from assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CohortConfig, DagsterCohortTranslator, safe_name
-from resources.group import CohortGroupResource
-from resources.kafka import KafkaResource
+from cohort.assets.audit import gather_audits
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CohortConfig, DagsterCohortTranslator, safe_name
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
 
 __all__ = ["build_topic_checks"]
 

@@ -6,7 +6,7 @@
 groups.
 
 Example:
-    >>> from pipelines.spec import PipelineSpec  # doctest: +SKIP
+    >>> from cohort.pipelines.spec import PipelineSpec  # doctest: +SKIP
     >>> defs = build_cohort_definitions(  # doctest: +SKIP
     ...     [CohortConfig(group="orders-ingest", topics=("orders",), pipeline=PipelineSpec(sink_path="/lake"))],
     ...     kafka=KafkaResource(bootstrap_servers="localhost:9092"),
@@ -20,14 +20,14 @@ from typing import Any
 
 import dagster as dg
 
-from assets.checks import build_topic_checks
-from assets.sensors import build_membership_sensor, build_topic_sensor
-from assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
-from assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, build_worker_job, worker_run_config
-from assignment.clock import Clock
-from resources.group import CohortGroupResource
-from resources.kafka import KafkaResource
-from resources.spark import SparkResource
+from cohort.assets.checks import build_topic_checks
+from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
+from cohort.assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, build_worker_job, worker_run_config
+from cohort.assignment.clock import Clock
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
+from cohort.resources.spark import SparkResource
 
 __all__ = ["CohortDefinitions", "build_cohort_definitions", "build_worker_schedule", "cohort_assets"]
 

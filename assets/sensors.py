@@ -24,14 +24,14 @@ from typing import Any
 
 import dagster as dg
 
-from assets.cursors import GroupCursor, MembershipCursor, TopicCursor
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
-from assignment.clock import Clock
-from assignment.errors import CoordinatorError
-from assignment.group_state import EventKind, GroupRecord, subscribed_counts
-from resources.group import CohortGroupResource
-from resources.kafka import KafkaResource
+from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
+from cohort.assignment.clock import Clock
+from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.group_state import EventKind, GroupRecord, subscribed_counts
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
 
 __all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 

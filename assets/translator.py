@@ -22,9 +22,9 @@ from typing import Any
 
 import dagster as dg
 
-from assignment import validate_group_name, validate_topic_name
-from assignment.messages import DEFAULT_ASSIGNORS
-from resources.group import DEFAULT_STORE_URL, CohortGroupResource
+from cohort.assignment.messages import DEFAULT_ASSIGNORS
+from cohort.common.names import validate_group_name, validate_topic_name
+from cohort.resources.group import DEFAULT_STORE_URL, CohortGroupResource
 
 __all__ = ["CHECK_CONTIGUOUS", "CHECK_LAG", "METADATA_PREFIX", "CohortConfig", "DagsterCohortTranslator", "safe_name"]
 
@@ -47,7 +47,7 @@ class CohortConfig:
         topics: explicitly subscribed topics (one asset each).
         topic_pattern: regular expression subscription; topics it matches when the definitions load
             (`known_topics`) get assets, later ones are picked up by the topic sensor and the next reload.
-        pipeline: the `pipelines.spec.PipelineSpec` the workers run.
+        pipeline: the `cohort.pipelines.spec.PipelineSpec` the workers run.
         known_topics: topics matching the pattern at load time (the caller looked them up).
         worker_slots: number of worker slots (static members); the schedule launches one run per slot.
         lag_threshold: the lag check fails above this many records per partition.

@@ -26,20 +26,20 @@ from typing import Any
 import dagster as dg
 import sqlalchemy as sa
 
-from assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
-from assignment.coordinator import Coordinator
-from assignment.errors import (
+from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
     PartitionNotOwnedError,
     RebalanceInProgressError,
 )
-from assignment.ledger import OffsetLedger
-from assignment.member import GroupMember
-from assignment.types import TopicPartition
-from resources.group import CohortGroupResource
-from resources.kafka import KafkaResource
-from resources.spark import SparkResource
+from cohort.assignment.member import GroupMember
+from cohort.common.ledger import OffsetLedger
+from cohort.common.types import TopicPartition
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
+from cohort.resources.spark import SparkResource
 
 __all__ = [
     "GENERATION_TAG",
@@ -67,7 +67,7 @@ _REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwn
 removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
 
 BatchRunner = Callable[..., Any]
-"""`pipelines.batch.run_batch`-compatible callable returning a `BatchResult`."""
+"""`cohort.pipelines.batch.run_batch`-compatible callable returning a `BatchResult`."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _op_name(config: CohortConfig) -> str:
 
 
 def _default_runner() -> BatchRunner:
-    from pipelines.batch import run_batch
+    from cohort.pipelines.batch import run_batch
 
     return run_batch
 

@@ -1,6 +1,12 @@
-"""Cohort's group protocol: assignors, coordinator, offset ledger and store. Pure Python (no Dagster, no Spark)."""
+"""Cohort's group protocol: assignors, coordinator, offset ledger and store. Pure Python (no Dagster, no Spark).
 
-from assignment.assignors import (
+The coordinator, the member client and the stores are imported on first use, so importing the protocol's
+values (or a single assignor) does not load SQLAlchemy.
+"""
+
+from typing import TYPE_CHECKING
+
+from cohort.assignment.assignors import (
     CooperativeStickyAssignor,
     RangeAssignor,
     RoundRobinAssignor,
@@ -10,9 +16,8 @@ from assignment.assignors import (
     get_assignor,
     register_assignor,
 )
-from assignment.clock import Clock, ManualClock, SystemClock
-from assignment.coordinator import Coordinator, StandaloneLedger
-from assignment.errors import (
+from cohort.assignment.clock import Clock, ManualClock, SystemClock
+from cohort.assignment.errors import (
     CoordinatorError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
@@ -30,11 +35,8 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupConfig, GroupEvent, GroupState
-from assignment.ledger import OffsetLedger, OffsetMirror
-from assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
-from assignment.memory_store import MemoryGroupStore
-from assignment.messages import (
+from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupState
+from cohort.assignment.messages import (
     HeartbeatResult,
     JoinComplete,
     JoinPending,
@@ -43,18 +45,12 @@ from assignment.messages import (
     SyncComplete,
     SyncPending,
 )
-from assignment.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
-from assignment.store import SqlGroupStore
-from assignment.types import (
-    COOPERATIVE,
-    EAGER,
-    Assignment,
-    Assignor,
-    OffsetRange,
-    Subscription,
-    TopicPartition,
-)
-from assignment.views import GroupDescription, GroupListing, MemberDescription
+from cohort.assignment.types import COOPERATIVE, EAGER, Assignment, Assignor, Subscription
+from cohort.assignment.views import GroupDescription, GroupListing, MemberDescription
+from cohort.common.lazy import lazy_exports
+from cohort.common.ledger import OffsetLedger, OffsetMirror
+from cohort.common.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = [
     "COOPERATIVE",
@@ -118,3 +114,22 @@ __all__ = [
     "validate_instance_id",
     "validate_topic_name",
 ]
+
+if TYPE_CHECKING:
+    from cohort.assignment.coordinator import Coordinator, StandaloneLedger
+    from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
+    from cohort.assignment.memory_store import MemoryGroupStore
+    from cohort.assignment.store import SqlGroupStore
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Coordinator": "cohort.assignment.coordinator",
+        "StandaloneLedger": "cohort.assignment.coordinator",
+        "GroupMember": "cohort.assignment.member",
+        "JoinTimeoutError": "cohort.assignment.member",
+        "RebalanceListener": "cohort.assignment.member",
+        "MemoryGroupStore": "cohort.assignment.memory_store",
+        "SqlGroupStore": "cohort.assignment.store",
+    },
+)

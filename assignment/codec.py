@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from assignment.group_state import EventKind, GroupEvent, GroupRecord, GroupState, MemberRecord
-from assignment.types import TopicPartition
+from cohort.assignment.group_state import EventKind, GroupEvent, GroupRecord, GroupState, MemberRecord
+from cohort.common.types import TopicPartition
 
 __all__ = [
     "decode_group",

@@ -6,11 +6,11 @@ what the clock has made due. Each call is one transaction on one group (see `sto
 processes never interleave two steps on a group.
 
 Example:
-    >>> from assignment.clock import ManualClock
-    >>> from assignment.group_state import GroupConfig
-    >>> from assignment.memory_store import MemoryGroupStore
-    >>> from assignment.messages import JoinRequest
-    >>> from assignment.errors import MemberIdRequiredError
+    >>> from cohort.assignment.clock import ManualClock
+    >>> from cohort.assignment.group_state import GroupConfig
+    >>> from cohort.assignment.memory_store import MemoryGroupStore
+    >>> from cohort.assignment.messages import JoinRequest
+    >>> from cohort.assignment.errors import MemberIdRequiredError
     >>> config = GroupConfig(initial_rebalance_delay=0)
     >>> coordinator = Coordinator(MemoryGroupStore(), clock=ManualClock(), config=config)
     >>> _ = coordinator.report_topic_metadata("orders", {"orders": 4})
@@ -32,11 +32,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from assignment.clock import Clock, SystemClock
-from assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
-from assignment.join import check_join_request
-from assignment.ledger import decide_commit
-from assignment.messages import (
+from cohort.assignment.clock import Clock, SystemClock
+from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
+from cohort.assignment.join import check_join_request
+from cohort.assignment.ledger import decide_commit
+from cohort.assignment.messages import (
     CommitRequest,
     Decision,
     HeartbeatResult,
@@ -47,8 +47,7 @@ from assignment.messages import (
     SyncComplete,
     SyncPending,
 )
-from assignment.names import validate_group_name, validate_instance_id, validate_topic_name
-from assignment.protocol import (
+from cohort.assignment.protocol import (
     decide_delete,
     decide_evict,
     decide_expire,
@@ -58,10 +57,12 @@ from assignment.protocol import (
     decide_metadata,
     decide_sync,
 )
-from assignment.rebalance import Context, advance, default_assignor_resolver
-from assignment.store import GroupStore, HeadReader, SqlGroupStore
-from assignment.types import Assignor, OffsetRange, TopicPartition
-from assignment.views import GroupDescription, GroupListing, describe
+from cohort.assignment.rebalance import Context, advance, default_assignor_resolver
+from cohort.assignment.store import GroupStore, HeadReader, SqlGroupStore
+from cohort.assignment.types import Assignor
+from cohort.assignment.views import GroupDescription, GroupListing, describe
+from cohort.common.names import validate_group_name, validate_instance_id, validate_topic_name
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["Coordinator", "StandaloneLedger"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from assignment.types import TopicPartition
+from cohort.common.types import TopicPartition
 
 __all__ = [
     "CoordinatorError",

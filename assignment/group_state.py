@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 
-from assignment.types import EAGER, TopicPartition
-from assignment.validation import is_integer, is_number
+from cohort.assignment.types import EAGER
+from cohort.common.types import TopicPartition
+from cohort.common.validation import is_integer, is_number
 
 __all__ = [
     "TRANSITIONS",

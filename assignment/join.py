@@ -4,7 +4,7 @@
 first (`start`), then answers `JoinComplete` or `JoinPending`, or an error, with the new group record.
 
 Example:
-    >>> from assignment.group_state import GroupConfig
+    >>> from cohort.assignment.group_state import GroupConfig
     >>> ctx = Context(now=0.0, config=GroupConfig(initial_rebalance_delay=0), new_member_id="m-1")
     >>> decide_join(None, "g", JoinRequest(topics=["t"], assignors=["range"]), ctx).error.code
     'MEMBER_ID_REQUIRED'
@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 from numbers import Real
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     CoordinatorError,
     GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
@@ -25,9 +25,9 @@ from assignment.errors import (
     MemberIdRequiredError,
     UnknownMemberIdError,
 )
-from assignment.group_state import EventKind, GroupRecord, GroupState, MemberRecord, Outcome, static_member_id
-from assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, MemberSubscription
-from assignment.rebalance import (
+from cohort.assignment.group_state import EventKind, GroupRecord, GroupState, MemberRecord, Outcome, static_member_id
+from cohort.assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, MemberSubscription
+from cohort.assignment.rebalance import (
     Context,
     candidate_assignors,
     check_member,
@@ -35,9 +35,9 @@ from assignment.rebalance import (
     prepare_rebalance,
     start,
 )
-from assignment.reconcile import build_subscriptions
-from assignment.types import EAGER
-from assignment.validation import is_number, require_collection
+from cohort.assignment.reconcile import build_subscriptions
+from cohort.assignment.types import EAGER
+from cohort.common.validation import is_number, require_collection
 
 __all__ = ["check_join_request", "decide_join"]
 

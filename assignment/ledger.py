@@ -18,7 +18,7 @@ last range (the next offset to read).
 after a successful ledger commit; the coordinator never calls Kafka.
 
 Example:
-    >>> from assignment.types import OffsetRange, TopicPartition
+    >>> from cohort.common.types import OffsetRange, TopicPartition
     >>> plan_ranges("g", {TopicPartition("t", 0): 10}, [OffsetRange("t", 0, 10, 25, records=15)])
     {TopicPartition(topic='t', partition=0): 25}
 """
@@ -28,9 +28,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     CoordinatorError,
     IllegalGenerationError,
     InvalidOffsetRangeError,
@@ -39,46 +38,12 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupRecord, GroupState
-from assignment.messages import CommitRequest, Decision, LedgerEntry
-from assignment.rebalance import Context, check_member, start
-from assignment.types import OffsetRange, TopicPartition
+from cohort.assignment.group_state import GroupRecord, GroupState
+from cohort.assignment.messages import CommitRequest, Decision, LedgerEntry
+from cohort.assignment.rebalance import Context, check_member, start
+from cohort.common.types import OffsetRange, TopicPartition
 
-__all__ = ["OffsetLedger", "OffsetMirror", "decide_commit", "plan_ranges"]
-
-
-@runtime_checkable
-class OffsetLedger(Protocol):
-    """Committed offsets of one group as a run sees them.
-
-    `committed_offsets` answers the next offset to read per partition (None if never committed).
-    `commit` records consumed ranges or raises a typed `CoordinatorError`: ILLEGAL_GENERATION,
-    UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS, PARTITION_NOT_OWNED, or a `LedgerError`
-    such as NON_CONTIGUOUS_RANGE (with `.partition`, `.expected`, `.given`).
-
-    Example:
-        >>> def plan(ledger: OffsetLedger, partitions):
-        ...     return {tp: offset or 0 for tp, offset in ledger.committed_offsets(partitions).items()}
-    """
-
-    def committed_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The next offset to read for each partition, None where nothing was committed."""
-        ...
-
-    def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
-        """Record consumed ranges atomically, or raise a typed error and record nothing."""
-        ...
-
-
-@runtime_checkable
-class OffsetMirror(Protocol):
-    """Copies accepted commits to Kafka's committed offsets under the group id (resources/ implements it
-    with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after the
-    ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
-
-    def mirror(self, group: str, ranges: Sequence[OffsetRange], *, run_id: str | None) -> None:
-        """Commit `until_offset` of each range to Kafka for `group`."""
-        ...
+__all__ = ["decide_commit", "plan_ranges"]
 
 
 def plan_ranges(

@@ -18,7 +18,7 @@ Protocols, as in Kafka's consumer:
   before rejoining: the partitions may already belong to someone else, so nothing may be committed.
 
 Example:
-    >>> from assignment.coordinator import Coordinator
+    >>> from cohort.assignment.coordinator import Coordinator
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
     >>> with GroupMember(coordinator, "orders", topics=["orders"], client_id=run_id) as member:  # doctest: +SKIP
     ...     start = member.committed_offsets(member.assignment)
@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 
-from assignment.coordinator import Coordinator
-from assignment.errors import (
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import (
     CoordinatorError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -44,8 +44,16 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.messages import DEFAULT_ASSIGNORS, JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
-from assignment.types import COOPERATIVE, EAGER, Assignor, OffsetRange, TopicPartition
+from cohort.assignment.messages import (
+    DEFAULT_ASSIGNORS,
+    JoinComplete,
+    JoinPending,
+    JoinRequest,
+    SyncComplete,
+    SyncPending,
+)
+from cohort.assignment.types import COOPERATIVE, EAGER, Assignor
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["GroupMember", "JoinTimeoutError", "RebalanceListener"]
 

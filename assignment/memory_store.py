@@ -4,7 +4,7 @@ Same contract as `SqlGroupStore` (one step at a time per store, decisions applie
 steps on a missing group create nothing) without durability or cross-process safety.
 
 Example:
-    >>> from assignment.coordinator import Coordinator
+    >>> from cohort.assignment.coordinator import Coordinator
     >>> coordinator = Coordinator(MemoryGroupStore())
     >>> coordinator.list_groups()
     []
@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from assignment.group_state import GroupEvent, GroupRecord
-from assignment.messages import Decision, LedgerEntry
-from assignment.store import HeadReader
-from assignment.types import TopicPartition
+from cohort.assignment.group_state import GroupEvent, GroupRecord
+from cohort.assignment.messages import Decision, LedgerEntry
+from cohort.assignment.store import HeadReader
+from cohort.common.types import TopicPartition
 
 __all__ = ["MemoryGroupStore"]
 

@@ -11,9 +11,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from assignment.errors import CoordinatorError
-from assignment.group_state import GroupEvent, GroupRecord, GroupState, Outcome
-from assignment.types import OffsetRange, Subscription, TopicPartition
+from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.group_state import GroupEvent, GroupRecord, GroupState, Outcome
+from cohort.assignment.types import Subscription
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = [
     "DEFAULT_ASSIGNORS",

@@ -3,10 +3,10 @@
 Each `decide_*` is a pure function `(group, request, ctx) -> Decision`: it first applies the timers
 (`advance`), then decides, and never touches a database, a socket or the clock (`ctx.now` is given). The
 store-backed `Coordinator` loads the group, calls one of these (or `decide_join`, re-exported here from
-`assignment.join`), and persists the result in one transaction.
+`cohort.assignment.join`), and persists the result in one transaction.
 
 Example:
-    >>> from assignment.group_state import GroupConfig
+    >>> from cohort.assignment.group_state import GroupConfig
     >>> ctx = Context(now=0.0, config=GroupConfig(initial_rebalance_delay=0))
     >>> decide_heartbeat(None, "g", "m-1", 1, None, False, ctx).error.code
     'UNKNOWN_MEMBER_ID'
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     CoordinatorError,
     GroupIdNotFoundError,
     InvalidRequestError,
@@ -25,10 +25,10 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import EventKind, GroupRecord, GroupState, Outcome, effective_topics, transition
-from assignment.join import decide_join
-from assignment.messages import Decision, HeartbeatResult, SyncComplete, SyncPending
-from assignment.rebalance import (
+from cohort.assignment.group_state import EventKind, GroupRecord, GroupState, Outcome, effective_topics, transition
+from cohort.assignment.join import decide_join
+from cohort.assignment.messages import Decision, HeartbeatResult, SyncComplete, SyncPending
+from cohort.assignment.rebalance import (
     Context,
     check_member,
     maybe_complete_join,
@@ -36,9 +36,9 @@ from assignment.rebalance import (
     remove_member,
     start,
 )
-from assignment.reconcile import compute_target, reconcile, unassigned_partitions, validate_assignment
-from assignment.types import TopicPartition
-from assignment.validation import INT32_MAX, is_integer
+from cohort.assignment.reconcile import compute_target, reconcile, unassigned_partitions, validate_assignment
+from cohort.common.types import TopicPartition
+from cohort.common.validation import INT32_MAX, is_integer
 
 __all__ = [
     "Context",

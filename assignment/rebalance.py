@@ -15,14 +15,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     CoordinatorError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     UnknownMemberIdError,
 )
-from assignment.group_state import (
+from cohort.assignment.group_state import (
     EventKind,
     GroupConfig,
     GroupRecord,
@@ -33,7 +33,7 @@ from assignment.group_state import (
     static_member_id,
     transition,
 )
-from assignment.types import EAGER, Assignor
+from cohort.assignment.types import EAGER, Assignor
 
 __all__ = [
     "Context",
@@ -52,8 +52,8 @@ _S = GroupState
 
 
 def default_assignor_resolver(name: str) -> Assignor:
-    """Look `name` up in the assignor registry of `assignment.assignors` (raises UnknownAssignorError)."""
-    from assignment.assignors import get_assignor
+    """Look `name` up in the assignor registry of `cohort.assignment.assignors` (raises UnknownAssignorError)."""
+    from cohort.assignment.assignors import get_assignor
 
     return get_assignor(name)
 
@@ -103,7 +103,7 @@ def elect_assignor(members: Iterable[MemberRecord]) -> str:
     join order, usually the leader) prefers, so the result is deterministic.
 
     Example:
-        >>> from assignment.group_state import MemberRecord
+        >>> from cohort.assignment.group_state import MemberRecord
         >>> def m(i, *p):
         ...     return MemberRecord(f"m{i}", None, None, (), None, p, 10, 10, 10, i, 0.0)
         >>> elect_assignor([m(0, "range", "sticky"), m(1, "sticky", "range"), m(2, "sticky")])

@@ -15,7 +15,7 @@ so a moving partition is withheld in the first round and delivered in the follow
 cooperative protocol falls out of step 2 whatever the assignor did.
 
 Example:
-    >>> from assignment.types import TopicPartition as TP
+    >>> from cohort.common.types import TopicPartition as TP
     >>> plan = reconcile({"a": [TP("t", 0)], "b": [TP("t", 1)]}, {"a": {TP("t", 0), TP("t", 1)}, "b": set()})
     >>> plan["a"].revoking, plan["b"].assigned, plan["b"].withheld
     ((TopicPartition(topic='t', partition=1),), (), (TopicPartition(topic='t', partition=1),))
@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from assignment.errors import InvalidRequestError
-from assignment.group_state import GroupRecord, effective_topics
-from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
-from assignment.validation import is_integer
+from cohort.assignment.errors import InvalidRequestError
+from cohort.assignment.group_state import GroupRecord, effective_topics
+from cohort.assignment.types import COOPERATIVE, Assignor, Subscription
+from cohort.common.types import TopicPartition
+from cohort.common.validation import is_integer
 
 __all__ = [
     "Reconciliation",

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from assignment.codec import (
+from cohort.assignment.codec import (
     decode_group,
     decode_member,
     encode_group,
@@ -36,10 +36,10 @@ from assignment.codec import (
     event_from_row,
     event_row,
 )
-from assignment.errors import StaleGroupVersionError
-from assignment.group_state import GroupEvent, GroupRecord
-from assignment.messages import Decision, LedgerEntry
-from assignment.schema import (
+from cohort.assignment.errors import StaleGroupVersionError
+from cohort.assignment.group_state import GroupEvent, GroupRecord
+from cohort.assignment.messages import Decision, LedgerEntry
+from cohort.assignment.schema import (
     BUMP_GROUP,
     DELETE_MEMBER,
     INSERT_EVENT,
@@ -64,7 +64,7 @@ from assignment.schema import (
     members,
     ranges,
 )
-from assignment.types import TopicPartition
+from cohort.common.types import TopicPartition
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -1,7 +1,7 @@
 """Public value types of the assignment layer: topic partitions, subscriptions, the assignor protocol.
 
 These are the records every assignor and the coordinator exchange (SPEC section 4). They are immutable and
-import nothing beyond the standard library (and `assignment.validation`, which imports only that), so the
+import nothing beyond the standard library (and `cohort.common.validation`, which imports only that), so the
 protocol's decisions stay testable with plain values.
 """
 
@@ -9,24 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from assignment.validation import INT32_MAX, as_integer
+from cohort.common.types import TopicPartition
 
-__all__ = ["COOPERATIVE", "EAGER", "Assignment", "Assignor", "OffsetRange", "Subscription", "TopicPartition"]
+__all__ = ["COOPERATIVE", "EAGER", "Assignment", "Assignor", "Subscription"]
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"
-
-
-class TopicPartition(NamedTuple):
-    """One partition of one topic; orders by (topic, partition)."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True)
@@ -59,45 +49,3 @@ class Assignor(Protocol):
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, Subscription],
     ) -> Assignment: ...
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """A consumed range [from_offset, until_offset) of one partition, as committed to the ledger.
-
-    `records` counts what reached the sink, `quarantined` what went to quarantine; a range with a
-    `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
-    """
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-    records: int = 0
-    quarantined: int = 0
-    gap_reason: str | None = None
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    def __post_init__(self) -> None:
-        """Refuse anything Kafka's ledger could not hold: offsets and counts must be integers (not bools,
-        not floats, not NaN) in [0, 2**63 - 1], partitions in [0, 2**31 - 1]; int-likes such as
-        numpy.int64 are stored as plain ints. Every problem is a ValueError naming the field and partition.
-        """
-        where = f"{self.topic}-{self.partition}"
-        partition = as_integer(self.partition, f"partition of topic {self.topic!r}", maximum=INT32_MAX)
-        if partition < 0:
-            raise ValueError(f"partition must be >= 0, got {self.partition} for topic {self.topic!r}")
-        values = {"partition": partition}
-        for name in ("from_offset", "until_offset"):
-            values[name] = as_integer(getattr(self, name), f"{name} (an offset) of {where}")
-        for name in ("records", "quarantined"):
-            values[name] = as_integer(getattr(self, name), f"{name} (a record count) of {where}")
-        for name, value in values.items():
-            object.__setattr__(self, name, value)  # plain ints (frozen dataclass)
-        if self.from_offset < 0 or self.until_offset < self.from_offset:
-            raise ValueError(f"invalid offset range [{self.from_offset}, {self.until_offset}) for {where}")
-        if self.records < 0 or self.quarantined < 0:
-            raise ValueError(f"record counts must be >= 0 for {where}")

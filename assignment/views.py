@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from assignment.group_state import GroupRecord, GroupState, effective_topics
-from assignment.types import TopicPartition
+from cohort.assignment.group_state import GroupRecord, GroupState, effective_topics
+from cohort.common.types import TopicPartition
 
 __all__ = ["GroupDescription", "GroupListing", "MemberDescription", "describe"]
 

@@ -6,8 +6,8 @@ the partitions moved (owner changed), the fewest moves balance allows (equal sub
 of a fresh process that built the inputs and ran the rounds. Each size and mode runs in its own child process
 so the RSS figures do not mix; kafka-python runs only on the sizes it can handle, under a time limit.
 
-    python benchmarks/assignors.py --quick   # under a minute: 1k, 10k, 100k; kafka-python at 1k and 10k
-    python benchmarks/assignors.py           # adds 1M partitions x 2,000 members and more repeats
+    python -m benchmarks.assignors --quick   # under a minute: 1k, 10k, 100k; kafka-python at 1k and 10k
+    python -m benchmarks.assignors           # adds 1M partitions x 2,000 members and more repeats
 
 The last line printed is one JSON object with the headline figures.
 """
@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from assignment import StickyAssignor, Subscription, TopicPartition
+from cohort.assignment import StickyAssignor, Subscription
+from cohort.common.types import TopicPartition
 
 MODES = ("equal", "single-topic", "random-subsets")
 Row = dict[str, Any]
@@ -205,7 +204,7 @@ def kafka_python_worker(size: Size, mode: str, repeats: int) -> Row:
 
 def child(worker: str, size: Size, mode: str, repeats: int, timeout: float) -> Row | None:
     """Run one worker in a fresh process; None if it exceeded `timeout` seconds."""
-    command = [sys.executable, __file__, "--worker", worker, "--size", size.label, "--mode", mode]
+    command = [sys.executable, "-m", "benchmarks.assignors", "--worker", worker, "--size", size.label, "--mode", mode]
     try:
         done = subprocess.run(
             [*command, "--repeats", str(repeats)], capture_output=True, text=True, timeout=timeout, check=True

@@ -1,7 +1,7 @@
 """Store contention: 8 processes x 1,000 protocol steps on ONE group, SQLite and PostgreSQL.
 
 Usage:
-    python benchmarks/contention.py [--processes 8] [--steps 1000] [--no-postgres]
+    python -m benchmarks.contention [--processes 8] [--steps 1000] [--no-postgres]
 
 Each spawned process runs members through join / sync / heartbeat / commit / leave cycles, one raw
 coordinator call per step (tests/reliability/contention_worker.py); afterwards the store is checked
@@ -26,12 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.reliability.contention_checks import verify
+from tests.reliability.contention_worker import run_contention
 
-from tests.reliability.contention_checks import verify  # noqa: E402
-from tests.reliability.contention_worker import run_contention  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """Coordinator benchmarks: join/sync rounds, heartbeats, commit throughput (SQLite and PostgreSQL).
 
 Usage:
-    python benchmarks/coordinator.py [--quick] [--no-postgres]
+    python -m benchmarks.coordinator [--quick] [--no-postgres]
 
 Measures, each on a fresh store:
 
@@ -34,18 +34,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from cohort.assignment.clock import ManualClock, SystemClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import MemberIdRequiredError
+from cohort.assignment.group_state import EventKind, GroupConfig, GroupState
+from cohort.assignment.member import GroupMember
+from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.store import SqlGroupStore
+from cohort.common.types import OffsetRange, TopicPartition
 
-from assignment.clock import ManualClock, SystemClock  # noqa: E402
-from assignment.coordinator import Coordinator  # noqa: E402
-from assignment.errors import MemberIdRequiredError  # noqa: E402
-from assignment.group_state import EventKind, GroupConfig, GroupState  # noqa: E402
-from assignment.member import GroupMember  # noqa: E402
-from assignment.messages import JoinComplete, JoinRequest, SyncComplete  # noqa: E402
-from assignment.store import SqlGroupStore  # noqa: E402
-from assignment.types import OffsetRange, TopicPartition  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GROUP, TOPIC = "bench", "bench"
 COMMIT_GROUP = "bench-commits"

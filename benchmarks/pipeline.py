@@ -10,8 +10,8 @@ JVM's first batch (JIT warm-up included); the same batch is then run again (fres
 show the warm-JVM rate.
 
 Usage:
-    python benchmarks/pipeline.py            # 1M records
-    python benchmarks/pipeline.py --quick    # 200k records
+    python -m benchmarks.pipeline            # 1M records
+    python -m benchmarks.pipeline --quick    # 200k records
 
 The last line printed is one JSON object: {"records", "raw_rate", "pipeline_rate", "ratio",
 "spark_startup_s"}. `raw_rate` is the plain consumer with librdkafka's default settings; the table above
@@ -23,26 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandera.pyspark as pa
 import pyspark.sql.types as T
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from assignment import TopicPartition
-from assignment.coordinator import Coordinator
-from pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from pipelines.kafka_client import create_topic, produce
-from pipelines.reader import READER_DEFAULTS
-from resources.embedded_broker import EmbeddedBroker
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import TopicPartition
+from cohort.devtools.embedded_broker import EmbeddedBroker
+from cohort.devtools.topics import create_topic, produce
+from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
+from cohort.pipelines.reader import READER_DEFAULTS
 
 TOPIC = "bench-events"
 GROUP = "bench-pipeline"

@@ -2,7 +2,7 @@
 mid-batch and a wrong bootstrap address, each under the eager and the cooperative assignor.
 
 Usage:
-    python benchmarks/reliability.py [--points after-join,mid-read] [--assignors sticky] [--sigkill-only] [--write]
+    python -m benchmarks.reliability [--points after-join,mid-read] [--assignors sticky] [--sigkill-only] [--write]
 
 Each scenario (tests/reliability/faults.py) kills a real worker run's process group (SIGKILL, Spark JVM
 included) at one point, recovers through the membership sensor (a ManualClock skips the session timeout)
@@ -25,19 +25,18 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pipelines.spark import build_session  # noqa: E402
-from resources.embedded_broker import EmbeddedBroker  # noqa: E402
-from resources.kafka import release_shared_clients  # noqa: E402
-from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario  # noqa: E402
-from tests.reliability.faults import ASSIGNORS, POINTS, FaultReport, run_fault_scenario  # noqa: E402
-from tests.reliability.outcome import FaultOutcome  # noqa: E402
-from tests.reliability.zombie_scenarios import run_zombie_scenario  # noqa: E402
+from cohort.devtools.embedded_broker import EmbeddedBroker
+from cohort.pipelines.spark import build_session
+from cohort.resources.kafka import release_shared_clients
+from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario
+from tests.reliability.faults import ASSIGNORS, POINTS, FaultReport, run_fault_scenario
+from tests.reliability.outcome import FaultOutcome
+from tests.reliability.zombie_scenarios import run_zombie_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
 
 OUTPUT = ROOT / "benchmarks" / "RELIABILITY.md"
 HEADER = "| fault | point | assignor | produced | lost | duplicated | recovered in s |\n|---|---|---|---|---|---|---|"
@@ -76,7 +75,7 @@ BOUNDARIES: tuple[tuple[str, str], ...] = (
     ("after the ledger commit, before the Kafka mirror", "the mirror's `mirror`, on entry"),
     (
         "after the Kafka mirror, before the materialization events",
-        "`assets.worker.materializations`, on entry: the run has already left the group",
+        "`cohort.assets.worker.materializations`, on entry: the run has already left the group",
     ),
     ("while heartbeating", "`Coordinator.heartbeat` on the heartbeat thread, once accepted while the batch runs"),
 )
@@ -193,7 +192,7 @@ def main() -> int:
     args = parser.parse_args()
     points = _csv(args.points, keys, "points")
     assignors = _csv(args.assignors, list(ASSIGNORS), "assignors")
-    command = "python benchmarks/reliability.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "python -m benchmarks.reliability " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     reports: list[FaultReport] = []
     others: list[FaultOutcome] = []
     started = time.perf_counter()

@@ -8,12 +8,11 @@ generation. Measured (wall and process CPU seconds, median of repeated ticks):
 - membership sensor, one member per group expired (10 evictions -> 10 rebalances, 10 rerun requests);
 - topic sensor, first tick (registers 10,000 dynamic partitions: 10 requests) and steady state.
 
-Run: `python benchmarks/sensors.py` (prints a table and, last, one JSON line).
+Run: `python -m benchmarks.sensors` (prints a table and, last, one JSON line).
 """
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -21,15 +20,13 @@ from pathlib import Path
 
 import dagster as dg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig
-from assignment.clock import ManualClock
-from assignment.messages import JoinComplete, JoinRequest
-from pipelines.kafka_client import create_topic
-from resources.embedded_broker import EmbeddedBroker
-from resources.kafka import KafkaResource, release_shared_clients
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.devtools.embedded_broker import EmbeddedBroker
+from cohort.devtools.topics import create_topic
+from cohort.resources.kafka import KafkaResource, release_shared_clients
 
 GROUPS = 10
 PARTITIONS = 1_000

@@ -1,22 +1,32 @@
 """Cohort's Spark data path: plan, read (mapInArrow + confluent-kafka), decode, validate, sink, commit.
 
-Pure PySpark, confluent-kafka, pandera and pyarrow (no Dagster): usable from a plain script.
+Pure PySpark, confluent-kafka, pandera and pyarrow (no Dagster): usable from a plain script. The names below
+are imported on first use, so a Spark executor running a reading task loads only `cohort.pipelines.reader`
+and what it needs (confluent-kafka, pyarrow, msgspec).
 
 Example:
-    >>> from pipelines import PipelineSpec, build_session, run_batch  # doctest: +SKIP
+    >>> from cohort.assignment import Coordinator, StandaloneLedger  # doctest: +SKIP
+    >>> from cohort.common import TopicPartition  # doctest: +SKIP
+    >>> from cohort.pipelines import PipelineSpec, build_session, run_batch  # doctest: +SKIP
+    >>> ledger = StandaloneLedger(Coordinator.from_url("sqlite:///cohort.db"), "orders-ingest")  # doctest: +SKIP
     >>> result = run_batch(build_session(), PipelineSpec(sink_path="/tmp/lake", value_format="utf8"),
     ...                    {"bootstrap.servers": "localhost:9092"}, [TopicPartition("orders", 0)], ledger)
 """
 
-from pipelines.batch import plan_for, run_batch
-from pipelines.kafka_mirror import KafkaOffsetMirror, MirrorError, kafka_committed
-from pipelines.plan import BatchPlan, OffsetOutOfRangeError, PartitionPlan, PlanLimits, ResetPolicy
-from pipelines.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
-from pipelines.results import BatchResult, CountMismatchError, PartitionResult
-from pipelines.sink import SinkError, SinkLayout
-from pipelines.spark import build_session
-from pipelines.spec import PipelineSpec
-from pipelines.validate import ModelError
+from typing import TYPE_CHECKING
+
+from cohort.common.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cohort.pipelines.batch import plan_for, run_batch
+    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, MirrorError, kafka_committed
+    from cohort.pipelines.plan import BatchPlan, OffsetOutOfRangeError, PartitionPlan, PlanLimits, ResetPolicy
+    from cohort.pipelines.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
+    from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
+    from cohort.pipelines.sink import SinkError, SinkLayout
+    from cohort.pipelines.spark import build_session
+    from cohort.pipelines.spec import PipelineSpec
+    from cohort.pipelines.validate import ModelError
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -43,3 +53,32 @@ __all__ = [
     "read_spans",
     "run_batch",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "plan_for": "cohort.pipelines.batch",
+        "run_batch": "cohort.pipelines.batch",
+        "KafkaOffsetMirror": "cohort.pipelines.kafka_mirror",
+        "MirrorError": "cohort.pipelines.kafka_mirror",
+        "kafka_committed": "cohort.pipelines.kafka_mirror",
+        "BatchPlan": "cohort.pipelines.plan",
+        "OffsetOutOfRangeError": "cohort.pipelines.plan",
+        "PartitionPlan": "cohort.pipelines.plan",
+        "PlanLimits": "cohort.pipelines.plan",
+        "ResetPolicy": "cohort.pipelines.plan",
+        "RECORD_SCHEMA": "cohort.pipelines.reader",
+        "OffsetSpan": "cohort.pipelines.reader",
+        "ReadError": "cohort.pipelines.reader",
+        "read_range": "cohort.pipelines.reader",
+        "read_spans": "cohort.pipelines.reader",
+        "BatchResult": "cohort.pipelines.results",
+        "CountMismatchError": "cohort.pipelines.results",
+        "PartitionResult": "cohort.pipelines.results",
+        "SinkError": "cohort.pipelines.sink",
+        "SinkLayout": "cohort.pipelines.sink",
+        "build_session": "cohort.pipelines.spark",
+        "PipelineSpec": "cohort.pipelines.spec",
+        "ModelError": "cohort.pipelines.validate",
+    },
+)

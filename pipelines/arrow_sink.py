@@ -3,7 +3,7 @@
 When the batch has no user transform and pyarrow can write to the sink's file system (local paths and
 `file://`, HDFS, S3, GCS, ...), each reading task writes its span's sink and quarantine rows straight to
 `<root>/_staging/<attempt>/topic=<t>/partition=<p>/part-<from>-<until>.parquet`, the same staging layout a
-Spark write produces; publishing, counting and committing are unchanged (pipelines.sink, pipelines.batch).
+Spark write produces; publishing, counting and committing are unchanged (cohort.pipelines.sink, cohort.pipelines.batch).
 No record crosses into the JVM. A file appears under its final name only when complete (written under a
 hidden temporary name, then moved), so a task that dies mid-write leaves nothing a count or a reader sees.
 """
@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.checked import RecordChecker
-from pipelines.decode import REASON_COLUMN
-from pipelines.reader import OffsetSpan
-from pipelines.sink import SinkError, SinkLayout
+from cohort.pipelines.checked import RecordChecker
+from cohort.pipelines.decode import REASON_COLUMN
+from cohort.pipelines.reader import OffsetSpan
+from cohort.pipelines.sink import SinkError, SinkLayout
 
 __all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
 
@@ -122,7 +122,7 @@ class _SpanFile:
 
 
 class ArrowFs:
-    """The sink's file operations (those of pipelines.sink.HadoopFs) through pyarrow, for roots pyarrow can
+    """The sink's file operations (those of cohort.pipelines.sink.HadoopFs) through pyarrow, for roots pyarrow can
     reach: no JVM round trip per call, and footers counted without the JVM's Parquet reader."""
 
     def _resolve(self, uri: str) -> tuple[pafs.FileSystem, str]:

@@ -7,10 +7,10 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 Guarantees (SPEC section 5):
 
 - each range is read from Kafka once, by a Spark task that also decodes and validates its records
-  (pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition, in
+  (cohort.pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition, in
   a Spark accumulator);
 - with no transform, and a sink pyarrow can write, the tasks write the sink and quarantine rows
-  themselves (pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
+  themselves (cohort.pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
   rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
   consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
@@ -43,16 +43,16 @@ from typing import Any
 
 from pyspark import StorageLevel
 
-from assignment.ledger import OffsetLedger, OffsetMirror
-from assignment.types import OffsetRange, TopicPartition
-from pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
-from pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
-from pipelines.plan import BatchPlan, PartitionPlan, plan_batch
-from pipelines.positions import gather_positions
-from pipelines.reader import read_stats_accumulator
-from pipelines.results import BatchResult, CountMismatchError, PartitionResult
-from pipelines.sink import HadoopFs, SinkFs, SinkLayout
-from pipelines.spec import PipelineSpec
+from cohort.common.ledger import OffsetLedger, OffsetMirror
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
+from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
+from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
+from cohort.pipelines.positions import gather_positions
+from cohort.pipelines.reader import read_stats_accumulator
+from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
+from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout
+from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["plan_for", "run_batch"]
 
@@ -98,7 +98,7 @@ def plan_for(
     *,
     new_partitions: Collection[TopicPartition] = (),
 ) -> BatchPlan:
-    """The batch plan for `partitions`: ledger offsets + Kafka watermarks through `pipelines.plan`."""
+    """The batch plan for `partitions`: ledger offsets + Kafka watermarks through `cohort.pipelines.plan`."""
     positions = gather_positions(kafka_config, ledger, partitions, spec.limits().reset, new_partitions=new_partitions)
     return plan_batch(positions, spec.limits(target_tasks=max(1, spark.sparkContext.defaultParallelism)))
 
@@ -300,7 +300,7 @@ def run_batch(
     """Run one batch over `partitions` and commit it (see the module doc).
 
     Args:
-        spark: a classic SparkSession (pipelines.spark.build_session).
+        spark: a classic SparkSession (cohort.pipelines.spark.build_session).
         spec: what to decode, validate, transform and where to write.
         kafka_config: librdkafka settings for planning and the executor-side consumers.
         partitions: the partitions assigned to this run.

@@ -1,6 +1,6 @@
 """Checked records: raw Kafka batches decoded and validated inside the reading task, with Arrow.
 
-`RecordChecker.check` turns one raw batch (pipelines.reader.RECORD_SCHEMA) into the shape the rest of the
+`RecordChecker.check` turns one raw batch (cohort.pipelines.reader.RECORD_SCHEMA) into the shape the rest of the
 batch works with: the Kafka coordinates as flat internal columns (`_cohort_topic`, `_cohort_partition`,
 ...), the decoded value columns, the raw value bytes (kept only for records that failed, for the quarantine)
 and a failure reason (null when the record decoded and passed every check). The sink and quarantine rows
@@ -25,9 +25,16 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, ValueDecoder, kafka_column
-from pipelines.reader import RECORD_SCHEMA
-from pipelines.validate import RowCheck, failure_reasons
+from cohort.pipelines.decode import (
+    KAFKA_COLUMN,
+    KAFKA_FIELDS,
+    RAW_VALUE_COLUMN,
+    REASON_COLUMN,
+    ValueDecoder,
+    kafka_column,
+)
+from cohort.pipelines.reader import RECORD_SCHEMA
+from cohort.pipelines.validate import RowCheck, failure_reasons
 
 __all__ = ["RecordChecker"]
 

@@ -1,7 +1,7 @@
 """The batch's DataFrames when Spark writes the outputs: checked rows, then sink and quarantine frames.
 
 `checked_frame` is the one frame the batch persists: every consumed record as the reading tasks checked it
-(pipelines.checked: flat Kafka coordinates, decoded value columns, raw value bytes for failures, failure
+(cohort.pipelines.checked: flat Kafka coordinates, decoded value columns, raw value bytes for failures, failure
 reason). The sink and quarantine frames gather the coordinates into the public `kafka` struct.
 Materializing it, the sink write and the quarantine write all read that persisted frame, so each range is
 read from Kafka once.
@@ -17,10 +17,10 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.arrow_sink import ArrowStagedWriter
-from pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
-from pipelines.reader import OffsetSpan, read_spans
-from pipelines.spec import PipelineSpec
+from cohort.pipelines.arrow_sink import ArrowStagedWriter
+from cohort.pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
+from cohort.pipelines.reader import OffsetSpan, read_spans
+from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
 

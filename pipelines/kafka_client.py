@@ -1,4 +1,4 @@
-"""Small confluent-kafka helpers shared by planning, the demo and the tests: topics, offsets, producing.
+"""Small confluent-kafka helpers the data path and the resources share: partition counts and offsets.
 
 Everything here talks to Kafka through confluent-kafka only (no Spark, no Dagster). `config` is a plain
 librdkafka configuration dict (bootstrap servers plus any security settings).
@@ -9,39 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from assignment.names import validate_topic_name
-from assignment.types import TopicPartition
+from cohort.common.types import TopicPartition
 
-__all__ = [
-    "create_topic",
-    "offsets_for_times",
-    "partition_counts",
-    "produce",
-    "read_partition_counts",
-    "read_watermarks",
-    "watermarks",
-]
+__all__ = ["offsets_for_times", "read_partition_counts", "read_watermarks", "watermarks"]
 
 KafkaConfig = Mapping[str, Any]
-
-
-def _admin(config: KafkaConfig) -> AdminClient:
-    return AdminClient(dict(config))
-
-
-def create_topic(config: KafkaConfig, topic: str, partitions: int, *, timeout_s: float = 30.0) -> None:
-    """Create `topic` with `partitions` partitions (replication 1) and wait until it is visible."""
-    validate_topic_name(topic)
-    if partitions < 1:
-        raise ValueError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
-    admin = _admin(config)  # keep the handle alive until the futures resolve
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout_s)
-    for future in futures.values():
-        future.result(timeout=timeout_s)
 
 
 def read_partition_counts(
@@ -55,13 +31,6 @@ def read_partition_counts(
         for name, meta in metadata.topics.items()
         if meta.error is None and not name.startswith("__") and (wanted is None or name in wanted)
     }
-
-
-def partition_counts(
-    config: KafkaConfig, topics: Iterable[str] | None = None, *, timeout_s: float = 10.0
-) -> dict[str, int]:
-    """Partition count per topic; all non-internal topics when `topics` is None, missing topics omitted."""
-    return read_partition_counts(_admin(config), topics, timeout_s=timeout_s)
 
 
 def read_watermarks(
@@ -113,62 +82,3 @@ def offsets_for_times(
         return result
     finally:
         consumer.close()
-
-
-def produce(
-    config: KafkaConfig,
-    topic: str,
-    records: Iterable[tuple[int, bytes | None, bytes | None]],
-    *,
-    one_per_batch: bool = False,
-    timeout_s: float = 60.0,
-) -> int:
-    """Produce (partition, key, value) records and wait for every delivery; returns the count delivered.
-
-    The embedded broker's high watermark is exact only when a partition's last batch holds one record
-    (see resources/embedded_broker.py). Records are batched for throughput, but the last record of each
-    partition is held back and sent in a batch of its own after the rest are delivered, so the end
-    offset is exact on Tansu too at the cost of one extra round trip per partition. `one_per_batch`
-    sends every record in its own batch (slow; for tests that need it record by record).
-    """
-    producer_config: dict[str, Any] = {**config, "enable.idempotence": False, "acks": "all"}
-    producer_config |= {"linger.ms": 0} if one_per_batch else {"linger.ms": 20, "batch.num.messages": 10000}
-    producer = Producer(producer_config)
-    errors: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    def send(partition: int, key: bytes | None, value: bytes | None) -> None:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
-                return
-            except BufferError:
-                producer.poll(0.1)
-
-    held: dict[int, tuple[bytes | None, bytes | None]] = {}
-    count = 0
-    for partition, key, value in records:
-        count += 1
-        if one_per_batch:
-            send(partition, key, value)
-            producer.flush(timeout_s)
-            continue
-        previous = held.get(partition)
-        if previous is not None:
-            send(partition, *previous)
-        held[partition] = (key, value)
-        if count % 1000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(timeout_s)
-    for partition, (key, value) in sorted(held.items()):
-        send(partition, key, value)
-        remaining += producer.flush(timeout_s)
-    if remaining or errors:
-        raise KafkaException(
-            f"producing to {topic!r}: {remaining} records undelivered, {len(errors)} failed"
-            + (f" (first error: {errors[0]})" if errors else "")
-        )
-    return count

@@ -1,6 +1,6 @@
 """Mirroring ledger commits to Kafka's committed offsets, so Kafka tooling sees the group's progress.
 
-`KafkaOffsetMirror` implements `assignment.ledger.OffsetMirror` with confluent-kafka's admin API
+`KafkaOffsetMirror` implements `cohort.assignment.ledger.OffsetMirror` with confluent-kafka's admin API
 (AlterConsumerGroupOffsets, an OffsetCommit that never joins Kafka's group): it commits each partition's
 `until` offset under the group id, with the run id as the commit metadata. Each attempt is bounded by
 `timeout_s` (a plain consumer's synchronous commit can wait for a coordinator for the whole session
@@ -24,8 +24,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from assignment.names import validate_group_name
-from assignment.types import OffsetRange, TopicPartition
+from cohort.common.names import validate_group_name
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["KafkaOffsetMirror", "MirrorError", "kafka_committed"]
 

@@ -4,10 +4,10 @@ For each assigned partition the plan decides where reading starts (the ledger's 
 reset policy when there is none; a partition added to the topic later always starts at earliest), where it
 ends (the end offset seen at planning time, capped by `max_records_per_partition`), how the range is split
 into Spark tasks, and what happens when the committed offset is no longer in Kafka (fail, or record a
-ledger gap). Nothing here talks to Kafka, Spark or the ledger: `pipelines.offsets` gathers the inputs.
+ledger gap). Nothing here talks to Kafka, Spark or the ledger: `cohort.pipelines.positions` gathers the inputs.
 
 Example:
-    >>> from assignment import TopicPartition
+    >>> from cohort.common.types import TopicPartition
     >>> pos = PartitionPosition(TopicPartition("orders", 0), committed=40, low=0, high=100)
     >>> plan = plan_batch([pos], PlanLimits(max_records_per_task=25))
     >>> [(s.from_offset, s.until_offset) for s in plan.spans]
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from assignment.names import validate_topic_name
-from assignment.types import OffsetRange, TopicPartition
-from assignment.validation import as_integer
-from pipelines.reader import OffsetSpan, validate_partition
+from cohort.common.names import validate_topic_name
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.common.validation import as_integer
+from cohort.pipelines.reader import OffsetSpan, validate_partition
 
 __all__ = [
     "BatchPlan",

@@ -1,6 +1,6 @@
 """Gathering the planning inputs: the ledger's committed offsets and Kafka's watermarks per partition.
 
-The only I/O step of planning; `pipelines.plan` then decides with plain values.
+The only I/O step of planning; `cohort.pipelines.plan` then decides with plain values.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from assignment.ledger import OffsetLedger
-from assignment.names import validate_topic_name
-from assignment.types import TopicPartition
-from pipelines.kafka_client import offsets_for_times, watermarks
-from pipelines.plan import PartitionPosition, ResetPolicy
-from pipelines.reader import validate_partition
+from cohort.common.ledger import OffsetLedger
+from cohort.common.names import validate_topic_name
+from cohort.common.types import TopicPartition
+from cohort.pipelines.kafka_client import offsets_for_times, watermarks
+from cohort.pipelines.plan import PartitionPosition, ResetPolicy
+from cohort.pipelines.reader import validate_partition
 
 __all__ = ["gather_positions"]
 

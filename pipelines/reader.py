@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
-from assignment.names import validate_topic_name
+from cohort.common.names import validate_topic_name
 
 __all__ = [
     "RECORD_SCHEMA",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from assignment.types import OffsetRange, TopicPartition
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["BatchResult", "CountMismatchError", "PartitionResult"]
 

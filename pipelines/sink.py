@@ -13,7 +13,7 @@ crash before the move leaves only `_staging`, which Spark's readers ignore (name
 Each range directory holds an empty `_cohort_attempt=<attempt>` marker, so an attempt whose ledger commit
 is refused withdraws exactly its own directories and never a newer attempt's.
 
-Topic names are validated (assignment.names) before they reach a path; partitions must be ints >= 0.
+Topic names are validated (cohort.common.names) before they reach a path; partitions must be ints >= 0.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from assignment.names import validate_topic_name
-from assignment.types import TopicPartition
-from pipelines.reader import validate_partition
+from cohort.common.names import validate_topic_name
+from cohort.common.types import TopicPartition
+from cohort.pipelines.reader import validate_partition
 
 __all__ = ["HadoopFs", "SinkError", "SinkFs", "SinkLayout", "parse_range_dir"]
 
@@ -57,7 +57,7 @@ def parse_range_dir(name: str) -> tuple[str, int, int, int] | None:
 
 class SinkFs(Protocol):
     """The file operations the sink needs: HadoopFs (any Hadoop URI, through the JVM) or
-    pipelines.arrow_sink.ArrowFs (roots pyarrow reaches)."""
+    cohort.pipelines.arrow_sink.ArrowFs (roots pyarrow reaches)."""
 
     def exists(self, uri: str) -> bool: ...
     def list_names(self, uri: str) -> list[str]: ...

@@ -26,11 +26,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from assignment.validation import as_integer, is_number
-from pipelines.checked import RecordChecker
-from pipelines.decode import ValueDecoder, ValueFormat, value_columns_schema
-from pipelines.plan import PlanLimits, ResetPolicy
-from pipelines.validate import RowCheck, compile_model
+from cohort.common.validation import as_integer, is_number
+from cohort.pipelines.checked import RecordChecker
+from cohort.pipelines.decode import ValueDecoder, ValueFormat, value_columns_schema
+from cohort.pipelines.plan import PlanLimits, ResetPolicy
+from cohort.pipelines.validate import RowCheck, compile_model
 
 __all__ = ["PipelineSpec"]
 
@@ -39,7 +39,7 @@ Transform = Callable[[DataFrame], DataFrame]
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """Configuration of the Spark data path (see pipelines.batch.run_batch).
+    """Configuration of the Spark data path (see cohort.pipelines.batch.run_batch).
 
     Attributes:
         sink_path: root of the Parquet output (local path or Hadoop-compatible URI).

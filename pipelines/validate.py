@@ -167,7 +167,7 @@ def compile_model(model: Any, value_schema: StructType) -> tuple[RowCheck, ...]:
 def _try_on_empty(check: RowCheck, where: str, data_type: Any) -> None:
     """Evaluate `check` on a one-row column of its type, so a pattern RE2 cannot compile or a value of the
     wrong type is refused when the model is compiled, not in a reading task."""
-    from pipelines.decode import arrow_type
+    from cohort.pipelines.decode import arrow_type
 
     column_type = arrow_type(data_type, where=check.column)
     sample = pa.array([""]) if pa.types.is_string(column_type) else pa.nulls(1, column_type)  # RE2 compiles on data

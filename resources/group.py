@@ -24,12 +24,13 @@ import dagster as dg
 import sqlalchemy as sa
 from pydantic import Field, field_validator, model_validator
 
-from assignment import get_assignor, validate_group_name, validate_topic_name
-from assignment.clock import Clock, SystemClock
-from assignment.coordinator import Coordinator
-from assignment.group_state import GroupConfig
-from assignment.member import GroupMember
-from assignment.messages import DEFAULT_ASSIGNORS
+from cohort.assignment import get_assignor
+from cohort.assignment.clock import Clock, SystemClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.member import GroupMember
+from cohort.assignment.messages import DEFAULT_ASSIGNORS
+from cohort.common.names import validate_group_name, validate_topic_name
 
 __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
 

@@ -30,10 +30,10 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, PrivateAttr, field_validator
 
-from assignment.group_state import subscribed_counts
-from assignment.names import validate_group_name
-from assignment.types import TopicPartition
-from pipelines.kafka_client import read_partition_counts, read_watermarks
+from cohort.assignment.group_state import subscribed_counts
+from cohort.common.names import validate_group_name
+from cohort.common.types import TopicPartition
+from cohort.pipelines.kafka_client import read_partition_counts, read_watermarks
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact", "release_shared_clients"]
 
@@ -174,7 +174,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def get_mirror(self) -> Any:
         """The `OffsetMirror` copying ledger commits to Kafka's committed offsets under the group id."""
-        from pipelines.kafka_mirror import KafkaOffsetMirror
+        from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
 
         return KafkaOffsetMirror(self.client_config())
 

@@ -44,7 +44,7 @@ class SparkResource(dg.ConfigurableResource):
     def get_session(self) -> Any:
         """The SparkSession (created on first use, then cached; Spark keeps one session per process)."""
         if self._session is None:
-            from pipelines.spark import build_session
+            from cohort.pipelines.spark import build_session
 
             session = build_session(
                 master=None if self.remote else self.master,

@@ -25,7 +25,7 @@ _topic_counter = itertools.count()
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Any]:
     """One embedded Tansu broker for the whole session."""
-    from resources.embedded_broker import EmbeddedBroker
+    from cohort.devtools.embedded_broker import EmbeddedBroker
 
     with EmbeddedBroker() as running:
         yield running
@@ -44,7 +44,7 @@ def _safe(text: str) -> str:
 @pytest.fixture
 def topic_factory(request: pytest.FixtureRequest, kafka_config: dict[str, Any]) -> Callable[..., str]:
     """Create topics with names unique to this test: `topic_factory(partitions=4)` -> name."""
-    from pipelines.kafka_client import create_topic
+    from cohort.devtools.topics import create_topic
 
     def make(partitions: int = 1, suffix: str = "") -> str:
         name = f"t{next(_topic_counter)}-{_safe(request.node.name)}{('-' + suffix) if suffix else ''}"
@@ -63,7 +63,7 @@ def topic(topic_factory: Callable[..., str]) -> str:
 @pytest.fixture
 def produce_records(kafka_config: dict[str, Any]) -> Callable[..., int]:
     """Produce (partition, key, value) records, one record per batch so the watermark is exact on Tansu."""
-    from pipelines.kafka_client import produce
+    from cohort.devtools.topics import produce
 
     def send(topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]], **kwargs: Any) -> int:
         kwargs.setdefault("one_per_batch", True)
@@ -75,7 +75,7 @@ def produce_records(kafka_config: dict[str, Any]) -> Callable[..., int]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for the session: UI off, few shuffle partitions."""
-    from pipelines.spark import build_session
+    from cohort.pipelines.spark import build_session
 
     session = build_session(master="local[2]", app_name="cohort-tests", conf={"spark.sql.shuffle.partitions": "2"})
     session.sparkContext.setLogLevel("ERROR")

@@ -4,16 +4,16 @@ Pure Python plus numpy; no Dagster, Spark or Kafka client imports. Every assigno
 partitions and generations arrive inside each member's `Subscription`.
 """
 
-from assignment.assignors.cooperative import CooperativeStickyAssignor
-from assignment.assignors.range import RangeAssignor
-from assignment.assignors.registry import (
+from cohort.assignment.assignors.cooperative import CooperativeStickyAssignor
+from cohort.assignment.assignors.range import RangeAssignor
+from cohort.assignment.assignors.registry import (
     UnknownAssignorError,
     available_assignors,
     get_assignor,
     register_assignor,
 )
-from assignment.assignors.roundrobin import RoundRobinAssignor
-from assignment.assignors.sticky import StickyAssignor
+from cohort.assignment.assignors.roundrobin import RoundRobinAssignor
+from cohort.assignment.assignors.sticky import StickyAssignor
 
 __all__ = [
     "CooperativeStickyAssignor",

@@ -25,14 +25,15 @@ from operator import itemgetter
 
 import numpy as np
 
-from assignment.assignors._common import (
+from cohort.assignment.assignors._common import (
     checked_generation,
     checked_members,
     checked_partition_counts,
     duplicate_owned_error,
     effective_topics,
 )
-from assignment.types import Subscription, TopicPartition
+from cohort.assignment.types import Subscription
+from cohort.common.types import TopicPartition
 
 __all__ = ["Cluster", "build_cluster"]
 

@@ -12,7 +12,8 @@ import operator
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 
-from assignment.types import Subscription, TopicPartition
+from cohort.assignment.types import Subscription
+from cohort.common.types import TopicPartition
 
 __all__ = [
     "checked_generation",

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from assignment.assignors._cluster import Cluster
+from cohort.assignment.assignors._cluster import Cluster
 
 __all__ = ["general_target"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from assignment.assignors._cluster import Cluster
+from cohort.assignment.assignors._cluster import Cluster
 
 __all__ = ["homogeneous_target"]
 

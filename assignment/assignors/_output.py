@@ -12,8 +12,9 @@ from itertools import repeat
 
 import numpy as np
 
-from assignment.assignors._cluster import Cluster
-from assignment.types import Assignment, TopicPartition
+from cohort.assignment.assignors._cluster import Cluster
+from cohort.assignment.types import Assignment
+from cohort.common.types import TopicPartition
 
 __all__ = ["assignment_from_owners"]
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from assignment.assignors._cluster import Cluster, build_cluster
-from assignment.assignors._common import paused_gc
-from assignment.assignors._general import general_target
-from assignment.assignors._output import assignment_from_owners
-from assignment.assignors.sticky import shared_subscription, sticky_target
-from assignment.types import COOPERATIVE, Assignment, Subscription
+from cohort.assignment.assignors._cluster import Cluster, build_cluster
+from cohort.assignment.assignors._common import paused_gc
+from cohort.assignment.assignors._general import general_target
+from cohort.assignment.assignors._output import assignment_from_owners
+from cohort.assignment.assignors.sticky import shared_subscription, sticky_target
+from cohort.assignment.types import COOPERATIVE, Assignment, Subscription
 
 __all__ = ["CooperativeStickyAssignor", "first_round", "withhold_transfers"]
 
@@ -82,7 +82,8 @@ class CooperativeStickyAssignor:
 
     Stateless; one instance may be shared.
 
-    >>> from assignment import CooperativeStickyAssignor, Subscription, TopicPartition
+    >>> from cohort.assignment import CooperativeStickyAssignor, Subscription
+    >>> from cohort.common.types import TopicPartition
     >>> owned = [TopicPartition("t", p) for p in range(4)]
     >>> subs = {"A": Subscription(["t"], owned, generation=1), "B": Subscription(["t"])}
     >>> first = CooperativeStickyAssignor().assign({"t": 4}, subs)

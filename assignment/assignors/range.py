@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import repeat
 
-from assignment.assignors._common import (
+from cohort.assignment.assignors._common import (
     checked_members,
     checked_partition_counts,
     effective_topics,
     require_unique_owned,
 )
-from assignment.types import EAGER, Assignment, Subscription, TopicPartition
+from cohort.assignment.types import EAGER, Assignment, Subscription
+from cohort.common.types import TopicPartition
 
 __all__ = ["RangeAssignor", "topic_partitions"]
 
@@ -33,7 +34,7 @@ class RangeAssignor:
 
     Stateless; one instance may be shared. Example:
 
-    >>> from assignment import RangeAssignor, Subscription
+    >>> from cohort.assignment import RangeAssignor, Subscription
     >>> subs = {"C0": Subscription(["t0", "t1"]), "C1": Subscription(["t0", "t1"])}
     >>> result = RangeAssignor().assign({"t0": 3, "t1": 3}, subs)
     >>> [str(tp) for tp in result["C1"]]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 
-from assignment.assignors.cooperative import CooperativeStickyAssignor
-from assignment.assignors.range import RangeAssignor
-from assignment.assignors.roundrobin import RoundRobinAssignor
-from assignment.assignors.sticky import StickyAssignor
-from assignment.types import COOPERATIVE, EAGER, Assignor
+from cohort.assignment.assignors.cooperative import CooperativeStickyAssignor
+from cohort.assignment.assignors.range import RangeAssignor
+from cohort.assignment.assignors.roundrobin import RoundRobinAssignor
+from cohort.assignment.assignors.sticky import StickyAssignor
+from cohort.assignment.types import COOPERATIVE, EAGER, Assignor
 
 __all__ = ["UnknownAssignorError", "available_assignors", "get_assignor", "register_assignor"]
 
@@ -36,7 +36,7 @@ def register_assignor(assignor: Assignor, *, replace: bool = False) -> None:
     Raises ValueError if the name is taken (unless `replace`), empty, or the protocol is not "eager" or
     "cooperative", or if the object has no callable `assign`.
 
-    >>> from assignment import RangeAssignor, get_assignor, register_assignor
+    >>> from cohort.assignment import RangeAssignor, get_assignor, register_assignor
     >>> class ReverseRange(RangeAssignor):
     ...     name = "example-reverse-range"
     >>> register_assignor(ReverseRange(), replace=True)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping
 
-from assignment.assignors._common import (
+from cohort.assignment.assignors._common import (
     checked_members,
     checked_partition_counts,
     effective_topics,
     require_unique_owned,
 )
-from assignment.types import EAGER, Assignment, Subscription, TopicPartition
+from cohort.assignment.types import EAGER, Assignment, Subscription
+from cohort.common.types import TopicPartition
 
 __all__ = ["RoundRobinAssignor"]
 
@@ -27,7 +28,7 @@ class RoundRobinAssignor:
     Stateless; one instance may be shared. Finding the next subscriber is a binary search over the topic's
     subscriber positions, so the cost is O(P log C) rather than O(P * C) when few members share a topic.
 
-    >>> from assignment import RoundRobinAssignor, Subscription
+    >>> from cohort.assignment import RoundRobinAssignor, Subscription
     >>> subs = {"C0": Subscription(["t0", "t1"]), "C1": Subscription(["t0", "t1"])}
     >>> [str(tp) for tp in RoundRobinAssignor().assign({"t0": 3, "t1": 3}, subs)["C0"]]
     ['t0-0', 't0-2', 't1-1']

@@ -33,12 +33,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from assignment.assignors._cluster import Cluster, build_cluster
-from assignment.assignors._common import paused_gc
-from assignment.assignors._general import general_target
-from assignment.assignors._homogeneous import homogeneous_target
-from assignment.assignors._output import assignment_from_owners
-from assignment.types import EAGER, Assignment, Subscription
+from cohort.assignment.assignors._cluster import Cluster, build_cluster
+from cohort.assignment.assignors._common import paused_gc
+from cohort.assignment.assignors._general import general_target
+from cohort.assignment.assignors._homogeneous import homogeneous_target
+from cohort.assignment.assignors._output import assignment_from_owners
+from cohort.assignment.types import EAGER, Assignment, Subscription
 
 __all__ = ["StickyAssignor", "shared_subscription", "sticky_target"]
 
@@ -68,7 +68,7 @@ class StickyAssignor:
     Owned partitions and their generation come in each member's `Subscription`; the assignor keeps no state,
     so one instance may be shared. The `rack` field is not used.
 
-    >>> from assignment import StickyAssignor, Subscription
+    >>> from cohort.assignment import StickyAssignor, Subscription
     >>> subs = {"C0": Subscription(["t0"]), "C1": Subscription(["t0", "t1"]), "C2": Subscription(["t1", "t2"])}
     >>> result = StickyAssignor().assign({"t0": 1, "t1": 2, "t2": 3}, subs)
     >>> {m: [str(tp) for tp in tps] for m, tps in result.items()}

@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.group_state import GroupConfig
-from assignment.memory_store import MemoryGroupStore
-from assignment.store import SqlGroupStore
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.store import SqlGroupStore
 
 CoordinatorFactory = Callable[..., Coordinator]
 

@@ -10,11 +10,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from assignment.coordinator import Coordinator
-from assignment.errors import CoordinatorError
-from assignment.group_state import GroupConfig
-from assignment.member import GroupMember, RebalanceListener
-from assignment.types import OffsetRange, TopicPartition
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.member import GroupMember, RebalanceListener
+from cohort.common.types import OffsetRange, TopicPartition
 
 GROUP = "hammer"
 TOPIC = "t"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from assignment.coordinator import Coordinator
-from assignment.errors import MemberIdRequiredError
-from assignment.group_state import EventKind, GroupState
-from assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
-from assignment.types import OffsetRange, TopicPartition
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import MemberIdRequiredError
+from cohort.assignment.group_state import EventKind, GroupState
+from cohort.assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
+from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["Client", "state_path", "tp"]
 

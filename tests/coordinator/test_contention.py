@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from assignment.coordinator import Coordinator
-from assignment.store import SqlGroupStore
-from assignment.types import TopicPartition
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.store import SqlGroupStore
+from cohort.common.types import TopicPartition
 from tests.coordinator.contention_worker import GROUP, TOPIC, run_worker
 
 PROCESSES = 8

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import (
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
@@ -21,10 +21,11 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupConfig, GroupState
-from assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete
-from assignment.names import InvalidNameError
-from assignment.types import COOPERATIVE, EAGER, OffsetRange
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete
+from cohort.assignment.types import COOPERATIVE, EAGER
+from cohort.common.names import InvalidNameError
+from cohort.common.types import OffsetRange
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.harness import Client, state_path, tp
 

@@ -12,15 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from assignment.clock import ManualClock, SystemClock
-from assignment.coordinator import Coordinator
-from assignment.errors import FencedInstanceIdError, UnknownMemberIdError
-from assignment.group_state import GroupConfig, GroupState
-from assignment.ledger import OffsetLedger
-from assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
-from assignment.memory_store import MemoryGroupStore
-from assignment.store import SqlGroupStore
-from assignment.types import EAGER, OffsetRange, Subscription, TopicPartition
+from cohort.assignment.clock import ManualClock, SystemClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import FencedInstanceIdError, UnknownMemberIdError
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.types import EAGER, Subscription
+from cohort.common.ledger import OffsetLedger
+from cohort.common.types import OffsetRange, TopicPartition
 from tests.coordinator.harness import tp
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import RebalanceInProgressError, UnknownMemberIdError
-from assignment.group_state import GroupConfig, GroupState
-from assignment.messages import JoinComplete, JoinPending, SyncComplete, SyncPending
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import RebalanceInProgressError, UnknownMemberIdError
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.messages import JoinComplete, JoinPending, SyncComplete, SyncPending
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.harness import Client, count_transitions, state_path
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import NonContiguousRangeError, UnknownMemberIdError
-from assignment.group_state import GroupConfig, GroupState
-from assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore, create_store_engine
-from assignment.types import OffsetRange
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import NonContiguousRangeError, UnknownMemberIdError
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore, create_store_engine
+from cohort.common.types import OffsetRange
 from tests.coordinator.harness import Client, tp
 
 TABLES = {

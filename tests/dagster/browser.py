@@ -18,7 +18,7 @@ from typing import Any
 
 from websockets.sync.client import connect
 
-from resources.embedded_broker import free_port
+from cohort.devtools.embedded_broker import free_port
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 

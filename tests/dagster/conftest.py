@@ -48,6 +48,6 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
 def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
     """Drop the process-wide admin clients before the session broker stops (no reconnect noise)."""
     yield
-    from resources.kafka import release_shared_clients
+    from cohort.resources.kafka import release_shared_clients
 
     release_shared_clients()

@@ -17,10 +17,10 @@ import dagster as dg
 import pyarrow as pa
 import pyspark.sql.types as T
 
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig
-from pipelines.spec import PipelineSpec
-from resources import KafkaResource, SparkResource
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources import KafkaResource, SparkResource
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUE_SCHEMA = T.StructType([T.StructField("id", T.LongType(), nullable=False), T.StructField("kind", T.StringType())])

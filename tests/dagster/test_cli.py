@@ -4,11 +4,11 @@ import json
 
 from click.testing import CliRunner
 
-from assets.cli import main
-from assignment import OffsetRange
-from assignment.coordinator import Coordinator
-from assignment.group_state import GroupConfig
-from assignment.messages import JoinRequest
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.messages import JoinRequest
+from cohort.cli.main import main
+from cohort.common.types import OffsetRange
 
 
 def _cli(*args: str) -> tuple[int, str]:

@@ -5,14 +5,14 @@ from datetime import UTC, datetime
 import dagster as dg
 import pytest
 
-from assets.audit import audit_partition
-from assets.cursors import GroupCursor, MembershipCursor, TopicCursor
-from assets.factory import build_cohort_definitions, cohort_assets
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assignment import TopicPartition
-from assignment.clock import ManualClock
-from assignment.messages import JoinRequest
-from resources import KafkaResource
+from cohort.assets.audit import audit_partition
+from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from cohort.assets.factory import build_cohort_definitions, cohort_assets
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.messages import JoinRequest
+from cohort.common.types import TopicPartition
+from cohort.resources import KafkaResource
 
 TP = TopicPartition("orders", 3)
 
@@ -92,7 +92,7 @@ def test_schedule_launches_one_run_per_slot(sqlite_url):
 
 
 def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kafka_config):
-    from assets.sensors import build_membership_sensor
+    from cohort.assets.sensors import build_membership_sensor
 
     clock = ManualClock(1000.0)
     settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 10.0}
@@ -120,9 +120,9 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
 
 
 def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
-    from assets.worker import _new_partitions
-    from assignment import OffsetRange
-    from assignment.coordinator import Coordinator
+    from cohort.assets.worker import _new_partitions
+    from cohort.assignment.coordinator import Coordinator
+    from cohort.common.types import OffsetRange
 
     coordinator = Coordinator.from_url(sqlite_url)
     ledger = coordinator.standalone_ledger("grower")
@@ -134,7 +134,7 @@ def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
 
 
 def test_workers_registering_partitions_at_the_same_moment_do_not_fail(tmp_path):
-    from assets.worker import _register_partitions
+    from cohort.assets.worker import _register_partitions
 
     translator = DagsterCohortTranslator()
     name = translator.get_partitions_def_name("g", "t")

@@ -11,11 +11,11 @@ import time
 import dagster as dg
 from pyspark.sql import functions as F
 
-from assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
-from assets.worker import worker_run_config
-from assignment import TopicPartition
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
+from cohort.assets.worker import worker_run_config
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import TopicPartition
 from tests.dagster.support import (
     config_for,
     definitions_for,

@@ -4,9 +4,9 @@ import dagster as dg
 import pytest
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from assignment import TopicPartition
-from assignment.clock import ManualClock
-from resources import CohortGroupResource, KafkaResource, SparkResource
+from cohort.assignment.clock import ManualClock
+from cohort.common.types import TopicPartition
+from cohort.resources import CohortGroupResource, KafkaResource, SparkResource
 
 
 def test_kafka_secrets_come_from_env_and_are_never_shown(monkeypatch):

@@ -10,13 +10,13 @@ import uuid
 import dagster as dg
 import pytest
 
-from assets.cursors import MembershipCursor, TopicCursor
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assignment.clock import ManualClock
-from assignment.group_state import GroupState
-from assignment.messages import JoinComplete, JoinRequest
-from resources import KafkaResource
+from cohort.assets.cursors import MembershipCursor, TopicCursor
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.group_state import GroupState
+from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.resources import KafkaResource
 
 T = DagsterCohortTranslator()
 

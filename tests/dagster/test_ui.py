@@ -6,12 +6,12 @@ import shutil
 import dagster as dg
 import pytest
 
-from assets.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
-from assets.translator import DagsterCohortTranslator
-from assets.ui import serve_ui, ui_environment
-from assets.worker import worker_run_config
-from pipelines.kafka_client import create_topic, partition_counts
-from resources.embedded_broker import free_port
+from cohort.assets.translator import DagsterCohortTranslator
+from cohort.assets.worker import worker_run_config
+from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
+from cohort.devtools.embedded_broker import free_port
+from cohort.devtools.topics import create_topic, partition_counts
+from cohort.devtools.ui import serve_ui, ui_environment
 from tests.dagster.browser import chromium_binary, headless_chromium
 from tests.dagster.support import ROOT
 

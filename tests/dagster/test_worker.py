@@ -4,8 +4,8 @@ import dagster as dg
 import sqlalchemy as sa
 from pyspark.sql import functions as F
 
-from assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
-from assets.worker import worker_run_config
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
+from cohort.assets.worker import worker_run_config
 from tests.dagster.support import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()

@@ -2,7 +2,7 @@
 
 import sys
 
-from assets.worker import worker_run_config
+from cohort.assets.worker import worker_run_config
 from tests.dagster.support import Setup, config_for, definitions_for, instance_for
 
 

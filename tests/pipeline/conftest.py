@@ -15,8 +15,8 @@ import pandera.pyspark as pa
 import pyspark.sql.types as T
 import pytest
 
-from assignment.coordinator import Coordinator, StandaloneLedger
-from assignment.group_state import GroupConfig
+from cohort.assignment.coordinator import Coordinator, StandaloneLedger
+from cohort.assignment.group_state import GroupConfig
 
 _groups = itertools.count()
 

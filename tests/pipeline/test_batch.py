@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from assignment import TopicPartition
-from assignment.errors import UnknownMemberIdError
-from assignment.member import GroupMember
-from pipelines.batch import run_batch
-from pipelines.plan import OffsetOutOfRangeError
-from pipelines.spec import PipelineSpec
+from cohort.assignment.errors import UnknownMemberIdError
+from cohort.assignment.member import GroupMember
+from cohort.common.types import TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.plan import OffsetOutOfRangeError
+from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 
 
@@ -103,7 +103,7 @@ def test_rerun_of_the_same_range_leaves_exactly_one_copy(
 def test_out_of_range_committed_offset_under_both_policies(spark, kafka_config, topic, produce_records, ledger, lake):
     """Tansu cannot delete records (no DeleteRecords), so the ledger is made to run ahead of the log: the
     other out-of-range case. The retention case (committed < log start) is covered in test_plan.py."""
-    from assignment.types import OffsetRange
+    from cohort.common.types import OffsetRange
 
     produce_records(topic, [(0, None, order(i)) for i in range(5)])
     tp = TopicPartition(topic, 0)
@@ -128,7 +128,7 @@ def test_reset_latest_reads_only_new_records(spark, kafka_config, topic, produce
 
 
 def test_unsafe_topic_names_are_rejected_before_any_io(spark, kafka_config, ledger, lake):
-    from assignment import InvalidNameError
+    from cohort.common.names import InvalidNameError
 
     with pytest.raises(InvalidNameError, match="illegal characters"):
         run_batch(spark, spec_for(lake), kafka_config, [TopicPartition("../../etc", 0)], ledger)

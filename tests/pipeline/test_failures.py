@@ -7,11 +7,11 @@ from confluent_kafka import Producer
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from assignment import TopicPartition
-from pipelines.batch import run_batch
-from pipelines.kafka_client import produce
-from pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
-from pipelines.spec import PipelineSpec
+from cohort.common.types import TopicPartition
+from cohort.devtools.topics import produce
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
+from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order, range_dirs
 
 # A consumer that may not receive responses over ~1 MB cannot read past a 3 MB record: reading stalls there.
@@ -104,7 +104,8 @@ def test_a_mirror_failure_is_reported_and_the_ledger_commit_stands(
 
 
 def test_mirror_needs_a_valid_group(kafka_config):
-    from assignment import InvalidNameError, OffsetRange
+    from cohort.common.names import InvalidNameError
+    from cohort.common.types import OffsetRange
 
     with pytest.raises(InvalidNameError):
         KafkaOffsetMirror(kafka_config).mirror("../g", [OffsetRange("t", 0, 0, 1)], run_id=None)

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assignment import InvalidNameError, TopicPartition
-from pipelines.plan import (
+from cohort.common.names import InvalidNameError
+from cohort.common.types import TopicPartition
+from cohort.pipelines.plan import (
     OffsetOutOfRangeError,
     PartitionPosition,
     PlanLimits,
@@ -20,7 +21,7 @@ from pipelines.plan import (
     split_range,
     spread_spans,
 )
-from pipelines.reader import OffsetSpan
+from cohort.pipelines.reader import OffsetSpan
 
 TP = TopicPartition("orders", 3)
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from assignment import TopicPartition
-from pipelines.batch import run_batch
-from pipelines.frames import TransformError
-from pipelines.spec import PipelineSpec
+from cohort.common.types import TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.frames import TransformError
+from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 
 BAD = {
@@ -80,7 +80,7 @@ def test_transform_runs_before_the_sink_and_must_keep_kafka(spark, kafka_config,
 
 
 def test_a_transform_that_drops_rows_fails_the_count_check(spark, kafka_config, topic, produce_records, ledger, lake):
-    from pipelines.results import CountMismatchError
+    from cohort.pipelines.results import CountMismatchError
 
     produce_records(topic, [(0, None, order(i)) for i in range(10)])
     tp = TopicPartition(topic, 0)

@@ -18,14 +18,14 @@ from typing import Any
 
 import dagster as dg
 
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assignment.clock import Clock
-from assignment.coordinator import Coordinator
-from assignment.types import TopicPartition
-from pipelines.kafka_client import create_topic, produce
-from pipelines.sink import SinkLayout, parse_range_dir
-from resources import KafkaResource, SparkResource
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assignment.clock import Clock
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import TopicPartition
+from cohort.devtools.topics import create_topic, produce
+from cohort.pipelines.sink import SinkLayout, parse_range_dir
+from cohort.resources import KafkaResource, SparkResource
 from tests.dagster.support import Setup, config_for, json_records
 from tests.reliability.outcome import DeliveryAudit, audit_delivery
 from tests.reliability.zombie_worker import SPARK_CONF, SPARK_MASTER
@@ -129,7 +129,7 @@ class FaultGroup:
         request: dg.RunRequest | None = None,
     ) -> dg.ExecuteInProcessResult:
         """Run worker slot `slot` (or a sensor's run request) in this process; failures are returned."""
-        from assets.worker import worker_run_config
+        from cohort.assets.worker import worker_run_config
 
         job = defs.resolve_job_def(T.get_job_name(self.group))
         run_config = request.run_config if request is not None else worker_run_config(self.config(), slot)

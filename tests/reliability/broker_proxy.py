@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from resources.embedded_broker import EmbeddedBroker, find_tansu_binary, free_port
+from cohort.devtools.embedded_broker import EmbeddedBroker, find_tansu_binary, free_port
 
 __all__ = ["FETCH", "LIST_OFFSETS", "FaultProxy", "broker_behind_proxy"]
 

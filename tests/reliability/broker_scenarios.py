@@ -25,8 +25,8 @@ from typing import Any
 
 import dagster as dg
 
-from resources import KafkaResource
-from resources.embedded_broker import free_port
+from cohort.devtools.embedded_broker import free_port
+from cohort.resources import KafkaResource
 from tests.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
 from tests.reliability.broker_proxy import FETCH, LIST_OFFSETS, broker_behind_proxy
 from tests.reliability.outcome import DeliveryAudit, FaultOutcome

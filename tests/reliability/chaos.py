@@ -28,15 +28,15 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import CoordinatorError
-from assignment.group_state import GroupConfig, GroupState
-from assignment.memory_store import MemoryGroupStore
-from assignment.messages import JoinRequest
-from assignment.store import SqlGroupStore
-from assignment.types import OffsetRange, TopicPartition
-from assignment.views import GroupDescription
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.messages import JoinRequest
+from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.views import GroupDescription
+from cohort.common.types import OffsetRange, TopicPartition
 from tests.reliability.chaos_invariants import InvariantChecker, InvariantViolation, Snapshot
 from tests.reliability.chaos_members import Phase, SimMember, Status
 

@@ -12,10 +12,10 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from assignment.group_state import GroupState
-from assignment.messages import LedgerEntry
-from assignment.types import TopicPartition
-from assignment.views import GroupDescription, MemberDescription
+from cohort.assignment.group_state import GroupState
+from cohort.assignment.messages import LedgerEntry
+from cohort.assignment.views import GroupDescription, MemberDescription
+from cohort.common.types import TopicPartition
 
 __all__ = ["AcceptedCommit", "InvariantChecker", "InvariantViolation", "Snapshot", "identity"]
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from assignment.coordinator import Coordinator
-from assignment.errors import (
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
     MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.messages import JoinComplete, JoinRequest, SyncComplete
-from assignment.types import COOPERATIVE, EAGER, TopicPartition
+from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.types import COOPERATIVE, EAGER
+from cohort.common.types import TopicPartition
 
 __all__ = ["Phase", "SimMember", "Status"]
 

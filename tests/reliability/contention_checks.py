@@ -14,9 +14,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from assignment.coordinator import Coordinator
-from assignment.group_state import EventKind, GroupState
-from assignment.store import SqlGroupStore
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import EventKind, GroupState
+from cohort.assignment.store import SqlGroupStore
 from tests.reliability.contention_worker import CONFIG, GROUP, TOPIC, ProcessResult, partitions
 
 __all__ = ["verify"]

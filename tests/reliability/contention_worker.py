@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from assignment.coordinator import Coordinator
-from assignment.errors import CoordinatorError
-from assignment.group_state import GroupConfig
-from assignment.messages import JoinRequest
-from assignment.types import OffsetRange, TopicPartition
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.messages import JoinRequest
+from cohort.common.types import OffsetRange, TopicPartition
 from tests.reliability.chaos_members import Phase, SimMember
 
 __all__ = ["CONFIG", "GROUP", "PARTITIONS", "TOPIC", "ProcessResult", "run_contention", "run_process"]

@@ -64,7 +64,7 @@ class _KillOnMirror:
 
 
 def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[], NoReturn]) -> Callable[..., Any]:
-    """`pipelines.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
+    """`cohort.pipelines.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
 
     Defined here (`__main__` of the victim), so Spark pickles it by value into the executor-side reader.
     """
@@ -86,13 +86,13 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     mid-read: the executor-side `read_range`, after its first batch;
     after-write: the ledger's `commit`, on entry (the sink's ranges are published);
     after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
-    after-mirror: `assets.worker.materializations`, on entry (ledger and Kafka agree, nothing logged);
+    after-mirror: `cohort.assets.worker.materializations`, on entry (ledger and Kafka agree, nothing logged);
     heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.
     """
-    from assets import worker
-    from assignment.coordinator import Coordinator
-    from assignment.member import GroupMember
-    from pipelines import batch, reader
+    from cohort.assets import worker
+    from cohort.assignment.coordinator import Coordinator
+    from cohort.assignment.member import GroupMember
+    from cohort.pipelines import batch, reader
 
     pgid = os.getpgid(0)
     kill = functools.partial(die, marker, point, pgid)
@@ -143,7 +143,7 @@ def _start_spark_early(point: str) -> None:
         return
 
     def start() -> None:
-        from pipelines.spark import build_session
+        from cohort.pipelines.spark import build_session
 
         build_session(master=SPARK_MASTER, conf={"spark.ui.showConsoleProgress": "false", **SPARK_CONF})
 
@@ -154,8 +154,8 @@ def main() -> int:
     """Run the scenario's victim slot with its fault installed; exit 0/1 only if the fault never hit."""
     scenario = FaultScenario.from_json(sys.argv[1])
     _start_spark_early(scenario.point)
-    from assets.translator import DagsterCohortTranslator
-    from assets.worker import SLOT_TAG, worker_run_config
+    from cohort.assets.translator import DagsterCohortTranslator
+    from cohort.assets.worker import SLOT_TAG, worker_run_config
     from tests.reliability.faults import open_instance, scenario_definitions
 
     runner = install(scenario.point, scenario.marker)

@@ -44,15 +44,15 @@ from typing import Any
 
 import dagster as dg
 
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assets.worker import SLOT_TAG, worker_run_config
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.types import TopicPartition
-from pipelines.kafka_client import create_topic, produce
-from pipelines.spec import PipelineSpec
-from resources import KafkaResource, SparkResource
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assets.worker import SLOT_TAG, worker_run_config
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import TopicPartition
+from cohort.devtools.topics import create_topic, produce
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources import KafkaResource, SparkResource
 from tests.dagster.support import VALUE_SCHEMA, json_records, wait_for
 from tests.reliability.fault_points import ASSIGNORS, POINTS, SPARK_CONF, SPARK_MASTER, FaultPoint, FaultScenario
 from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets
@@ -195,7 +195,7 @@ def _gated(gate: threading.Event, timeout_s: float) -> Callable[..., Any]:
     """The real `run_batch`, entered only once the gate opens (the survivor holds its partitions till then)."""
 
     def runner(*args: Any, **kwargs: Any) -> Any:
-        from pipelines.batch import run_batch
+        from cohort.pipelines.batch import run_batch
 
         if not gate.wait(timeout_s):
             raise TimeoutError(f"the survivor's gate stayed closed for {timeout_s} s")

@@ -3,7 +3,7 @@
 `audit_delivery` reads the sink and the quarantine back with Spark and compares them with what was
 produced (every offset of every partition, 0 .. count-1): records lost, records written twice; then
 audits the ledger against Kafka's committed offsets (and, given a Dagster instance, against the
-materializations) with `assets.audit.gather_audits`. `FaultOutcome` is one row of
+materializations) with `cohort.assets.audit.gather_audits`. `FaultOutcome` is one row of
 benchmarks/RELIABILITY.md.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from assets.audit import PartitionAudit, gather_audits
-from assets.translator import DagsterCohortTranslator
-from assignment.coordinator import Coordinator
+from cohort.assets.audit import PartitionAudit, gather_audits
+from cohort.assets.translator import DagsterCohortTranslator
+from cohort.assignment.coordinator import Coordinator
 
 __all__ = ["DeliveryAudit", "FaultOutcome", "audit_delivery", "sink_offsets"]
 
@@ -134,8 +134,8 @@ def _audits(
             asset_key=translator.get_asset_key(group, topic),
             kafka=kafka,
         )
-    from assets.audit import audit_partition
-    from assignment.types import TopicPartition
+    from cohort.assets.audit import audit_partition
+    from cohort.common.types import TopicPartition
 
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     in_kafka = kafka.committed_offsets(group, tps)

@@ -14,20 +14,17 @@ from typing import Any
 
 import pytest
 
-from assignment.assignors import UnknownAssignorError, get_assignor
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import (
-    InconsistentGroupProtocolError,
-    InvalidRequestError,
-    InvalidSessionTimeoutError,
-)
-from assignment.group_state import GroupConfig, GroupState
-from assignment.memory_store import MemoryGroupStore
-from assignment.messages import JoinComplete, JoinRequest
-from assignment.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
-from assignment.store import SqlGroupStore
-from assignment.types import OffsetRange, Subscription, TopicPartition
+from cohort.assignment.assignors import UnknownAssignorError, get_assignor
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import InconsistentGroupProtocolError, InvalidRequestError, InvalidSessionTimeoutError
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.types import Subscription
+from cohort.common.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
+from cohort.common.types import OffsetRange, TopicPartition
 from tests.coordinator.harness import Client
 
 GROUP, TOPIC, PARTITIONS = "g", "t", 4

@@ -25,7 +25,7 @@ from tests.reliability.broker_scenarios import (
 def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
     """Drop the process-wide admin clients the Dagster runs made before the session broker stops."""
     yield
-    from resources.kafka import release_shared_clients
+    from cohort.resources.kafka import release_shared_clients
 
     release_shared_clients()
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.group_state import GroupConfig, GroupState
-from assignment.memory_store import MemoryGroupStore
-from assignment.messages import JoinRequest
-from assignment.types import TopicPartition
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.messages import JoinRequest
+from cohort.common.types import TopicPartition
 from tests.reliability.chaos import Simulation, SimulationReport, main, simulate
 from tests.reliability.chaos_invariants import InvariantViolation, Snapshot
 from tests.reliability.chaos_members import Phase, SimMember

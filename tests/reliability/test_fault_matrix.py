@@ -24,17 +24,18 @@ from typing import Any
 
 import pytest
 
-from assets.audit import gather_audits
-from assets.translator import DagsterCohortTranslator
-from assets.worker import RERUN_TAG, SLOT_TAG, worker_run_config
-from assignment.coordinator import Coordinator
-from assignment.memory_store import MemoryGroupStore
-from assignment.types import COOPERATIVE, EAGER, OffsetRange, TopicPartition
-from pipelines.batch import run_batch
-from pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
-from pipelines.spec import PipelineSpec
-from resources import KafkaResource
-from resources.kafka import release_shared_clients
+from cohort.assets.audit import gather_audits
+from cohort.assets.translator import DagsterCohortTranslator
+from cohort.assets.worker import RERUN_TAG, SLOT_TAG, worker_run_config
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.types import COOPERATIVE, EAGER
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources import KafkaResource
+from cohort.resources.kafka import release_shared_clients
 from tests.dagster.support import VALUE_SCHEMA, Setup, config_for, definitions_for, instance_for, json_records
 from tests.reliability.faults import ASSIGNORS, PARTITIONS, POINTS, RECORDS, FaultReport, run_fault_scenario
 

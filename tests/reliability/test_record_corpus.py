@@ -23,16 +23,17 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from assets.cli import main as cli
-from assets.translator import CohortConfig
-from assignment import InvalidNameError, TopicPartition
-from assignment.coordinator import Coordinator
-from assignment.group_state import GroupConfig
-from pipelines.batch import run_batch
-from pipelines.decode import ValueDecoder
-from pipelines.sink import SinkLayout
-from pipelines.spec import PipelineSpec
-from resources import CohortGroupResource, KafkaResource
+from cohort.assets.translator import CohortConfig
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import GroupConfig
+from cohort.cli.main import main as cli
+from cohort.common.names import InvalidNameError
+from cohort.common.types import TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.decode import ValueDecoder
+from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources import CohortGroupResource, KafkaResource
 from tests.reliability.corpus_records import (
     CASES,
     CORPUS_SCHEMA,

@@ -31,11 +31,11 @@ import dagster as dg
 import pyspark.sql.types as T
 import pytest
 
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig, DagsterCohortTranslator
-from assets.worker import worker_run_config
-from pipelines.spec import PipelineSpec
-from resources import KafkaResource, SparkResource
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
+from cohort.assets.worker import worker_run_config
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources import KafkaResource, SparkResource
 
 SECRET_ENV = "COHORT_TEST_SASL_PASSWORD"
 TRANSLATOR = DagsterCohortTranslator()
@@ -131,7 +131,7 @@ def _probe_job(kafka: KafkaResource, secret: str, markers: dict[str, str]) -> dg
 def _release_shared_kafka_clients() -> Iterator[None]:
     """The SASL resource's process-wide admin client keeps retrying its broker: drop it after the test."""
     yield
-    from resources.kafka import release_shared_clients
+    from cohort.resources.kafka import release_shared_clients
 
     release_shared_clients()
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from assignment.coordinator import Coordinator
-from assignment.errors import FencedInstanceIdError
-from assignment.group_state import GroupConfig
-from assignment.member import GroupMember
-from assignment.types import TopicPartition
-from pipelines.batch import run_batch
-from pipelines.spec import PipelineSpec
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import FencedInstanceIdError
+from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.member import GroupMember
+from cohort.common.types import TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.spec import PipelineSpec
 from tests.dagster.support import VALUE_SCHEMA, json_records
 from tests.reliability.zombie_scenarios import zombie_scenario
 
@@ -29,7 +29,7 @@ from tests.reliability.zombie_scenarios import zombie_scenario
 def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
     """Drop the process-wide admin clients the Dagster runs made before the session broker stops."""
     yield
-    from resources.kafka import release_shared_clients
+    from cohort.resources.kafka import release_shared_clients
 
     release_shared_clients()
 

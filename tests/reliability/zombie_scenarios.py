@@ -33,8 +33,8 @@ from typing import Any
 
 import dagster as dg
 
-from assignment.clock import ManualClock
-from resources import KafkaResource
+from cohort.assignment.clock import ManualClock
+from cohort.resources import KafkaResource
 from tests.dagster.support import ROOT, kill_process_group, wait_for
 from tests.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
 from tests.reliability.outcome import DeliveryAudit, FaultOutcome

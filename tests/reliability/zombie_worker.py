@@ -56,7 +56,7 @@ def _start_spark_early() -> None:
     `get_session()` then returns the same session (this process's start is the scenario's longest wait)."""
 
     def start() -> None:
-        from resources import SparkResource
+        from cohort.resources import SparkResource
 
         SparkResource(master=SPARK_MASTER, conf=SPARK_CONF).get_session()
 
@@ -67,7 +67,7 @@ def main() -> int:
     _start_spark_early()
     import dagster as dg
 
-    from assets.worker import worker_run_config
+    from cohort.assets.worker import worker_run_config
     from tests.dagster.support import Setup
     from tests.reliability.broker_harness import T, definitions, group_config
 

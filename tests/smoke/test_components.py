@@ -9,9 +9,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from assignment import TopicPartition
-from pipelines.kafka_client import partition_counts, watermarks
-from pipelines.reader import OffsetSpan, read_range, read_spans
+from cohort.common.types import TopicPartition
+from cohort.devtools.topics import partition_counts
+from cohort.pipelines.kafka_client import watermarks
+from cohort.pipelines.reader import OffsetSpan, read_range, read_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 

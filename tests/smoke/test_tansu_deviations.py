@@ -14,9 +14,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from assignment import TopicPartition
-from pipelines.kafka_client import produce, watermarks
-from pipelines.reader import OffsetSpan, read_range
+from cohort.common.types import TopicPartition
+from cohort.devtools.topics import produce
+from cohort.pipelines.kafka_client import watermarks
+from cohort.pipelines.reader import OffsetSpan, read_range
 
 
 def _consume_all(config: dict, topic: str, isolation: str = "read_uncommitted") -> list[bytes]:

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from assignment import (
+from cohort.assignment import (
     COOPERATIVE,
     EAGER,
     Assignor,
@@ -24,12 +24,12 @@ from assignment import (
     RoundRobinAssignor,
     StickyAssignor,
     Subscription,
-    TopicPartition,
     UnknownAssignorError,
     available_assignors,
     get_assignor,
     register_assignor,
 )
+from cohort.common.types import TopicPartition
 
 ALL = [RangeAssignor(), RoundRobinAssignor(), StickyAssignor(), CooperativeStickyAssignor()]
 ids = [a.name for a in ALL]
@@ -192,7 +192,7 @@ def test_register_rejects_malformed_assignors() -> None:
 
 def test_assignor_package_imports_no_dagster_or_spark() -> None:
     code = (
-        "import sys, assignment.assignors; "
+        "import sys, cohort.assignment.assignors; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark')]; "
         "assert not bad, bad"
     )

@@ -30,14 +30,8 @@ from test_assignors_support import (
     revoked,
 )
 
-from assignment import (
-    CooperativeStickyAssignor,
-    RangeAssignor,
-    RoundRobinAssignor,
-    StickyAssignor,
-    Subscription,
-    TopicPartition,
-)
+from cohort.assignment import CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor, StickyAssignor, Subscription
+from cohort.common.types import TopicPartition
 
 settings.register_profile(
     "assignors",

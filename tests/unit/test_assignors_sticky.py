@@ -16,7 +16,8 @@ from test_assignors_support import (
     revoked,
 )
 
-from assignment import CooperativeStickyAssignor, StickyAssignor, Subscription, TopicPartition
+from cohort.assignment import CooperativeStickyAssignor, StickyAssignor, Subscription
+from cohort.common.types import TopicPartition
 
 STICKY = StickyAssignor()
 COOP = CooperativeStickyAssignor()

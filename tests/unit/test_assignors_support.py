@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from assignment import Subscription, TopicPartition
+from cohort.assignment import Subscription
+from cohort.common.types import TopicPartition
 
 Result = Mapping[str, list[TopicPartition]]
 

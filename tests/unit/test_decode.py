@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyspark.sql.types as T
 import pytest
 
-from pipelines.decode import ValueDecoder, value_columns_schema
+from cohort.pipelines.decode import ValueDecoder, value_columns_schema
 
 SCHEMA = T.StructType(
     [

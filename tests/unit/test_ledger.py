@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidOffsetRangeError,
@@ -15,12 +15,13 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupRecord, GroupState, MemberRecord
-from assignment.ledger import OffsetLedger, OffsetMirror, decide_commit, plan_ranges
-from assignment.messages import CommitRequest
-from assignment.rebalance import Context
-from assignment.types import OffsetRange
-from assignment.types import TopicPartition as TP
+from cohort.assignment.group_state import GroupRecord, GroupState, MemberRecord
+from cohort.assignment.ledger import decide_commit, plan_ranges
+from cohort.assignment.messages import CommitRequest
+from cohort.assignment.rebalance import Context
+from cohort.common.ledger import OffsetLedger, OffsetMirror
+from cohort.common.types import OffsetRange
+from cohort.common.types import TopicPartition as TP
 
 T0, T1 = TP("t", 0), TP("t", 1)
 

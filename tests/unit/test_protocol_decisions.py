@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from assignment.errors import (
+from cohort.assignment.errors import (
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
@@ -20,9 +20,9 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import EventKind, GroupConfig, GroupRecord, GroupState, MemberRecord, Outcome
-from assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
-from assignment.protocol import (
+from cohort.assignment.group_state import EventKind, GroupConfig, GroupRecord, GroupState, MemberRecord, Outcome
+from cohort.assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
+from cohort.assignment.protocol import (
     decide_delete,
     decide_evict,
     decide_expire,
@@ -32,8 +32,9 @@ from assignment.protocol import (
     decide_metadata,
     decide_sync,
 )
-from assignment.rebalance import Context, advance, default_assignor_resolver, elect_assignor
-from assignment.types import COOPERATIVE, Assignor, Subscription, TopicPartition
+from cohort.assignment.rebalance import Context, advance, default_assignor_resolver, elect_assignor
+from cohort.assignment.types import COOPERATIVE, Assignor, Subscription
+from cohort.common.types import TopicPartition
 
 S = GroupState
 

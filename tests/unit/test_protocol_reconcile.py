@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from assignment.codec import (
+from cohort.assignment.codec import (
     decode_member,
     decode_partitions,
     encode_member,
     encode_member_partitions,
     encode_partitions,
 )
-from assignment.errors import InvalidRequestError
-from assignment.group_state import GroupRecord, MemberRecord
-from assignment.reconcile import (
+from cohort.assignment.errors import InvalidRequestError
+from cohort.assignment.group_state import GroupRecord, MemberRecord
+from cohort.assignment.reconcile import (
     build_subscriptions,
     reconcile,
     subscribed_partition_counts,
     unassigned_partitions,
     validate_assignment,
 )
-from assignment.types import TopicPartition as TP
+from cohort.common.types import TopicPartition as TP
 
 
 def _group(**members: MemberRecord) -> GroupRecord:

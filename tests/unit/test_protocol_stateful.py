@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from assignment.clock import ManualClock
-from assignment.coordinator import Coordinator
-from assignment.errors import (
+from cohort.assignment.clock import ManualClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.errors import (
     CoordinatorError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -32,11 +32,12 @@ from assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from assignment.group_state import GroupConfig, GroupState, Outcome
-from assignment.memory_store import MemoryGroupStore
-from assignment.messages import JoinComplete, JoinRequest, SyncComplete
-from assignment.rebalance import Context, advance
-from assignment.types import COOPERATIVE, EAGER, OffsetRange, TopicPartition
+from cohort.assignment.group_state import GroupConfig, GroupState, Outcome
+from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.rebalance import Context, advance
+from cohort.assignment.types import COOPERATIVE, EAGER
+from cohort.common.types import OffsetRange, TopicPartition
 
 GROUP, TOPIC = "g", "t"
 BALLOTS = {

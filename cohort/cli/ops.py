@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from assignment import Subscription, TopicPartition, get_assignor
-from assignment.coordinator import Coordinator
-from assignment.types import Assignment
+from cohort.assignment import Subscription, get_assignor
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.types import Assignment
+from cohort.common.types import TopicPartition
 
 __all__ = ["DescribeRow", "WhatIf", "describe_rows", "group_rows", "live_group_state", "simulate_change"]
 

@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from assets.definitions import DEMO_TOPIC
-from pipelines.kafka_client import create_topic, produce
+from cohort.demo.definitions import DEMO_TOPIC
+from cohort.devtools.topics import create_topic, produce
 
 __all__ = ["PRODUCER_PARTITIONS", "serve_ui", "ui_environment"]
 
@@ -31,7 +31,7 @@ PRODUCER_PARTITIONS = 6
 
 
 def ui_environment(bootstrap: str, root: Path) -> dict[str, str]:
-    """The environment `assets.definitions` and the Dagster instance read, for a session under `root`."""
+    """The environment `cohort.demo.definitions` and the Dagster instance read, for a session under `root`."""
     return {
         "COHORT_BOOTSTRAP_SERVERS": bootstrap,
         "COHORT_STORE_URL": f"sqlite:///{root / 'cohort.db'}",
@@ -114,7 +114,7 @@ def _produce_forever(config: dict[str, str], stop: threading.Event, interval_s: 
 
 def main() -> int:
     """Start the broker, the producer and the UI; stop everything on Ctrl-C or SIGTERM."""
-    from resources.embedded_broker import EmbeddedBroker
+    from cohort.devtools.embedded_broker import EmbeddedBroker
 
     root = ROOT / ".cohort" / "ui"
     shutil.rmtree(root, ignore_errors=True)

@@ -3,7 +3,7 @@
 Python lets a bool pass for an int, a float for an offset, NaN through every comparison (`nan <= 0` is
 False) and a string for a list of names (iterated as its characters). These helpers refuse such values in
 one place so every field is checked the same way. They import nothing beyond the standard library, so
-`assignment.types` can use them.
+`cohort.assignment.types` can use them.
 
 Example:
     >>> as_integer(12, "from_offset of t-0")

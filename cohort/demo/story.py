@@ -9,7 +9,7 @@ offsets. Then the `cohort describe` table, an audit summary, and one JSON line:
 {"produced", "in_sink", "quarantined", "duplicates", "gaps", "rebalances", "lag"}. The exit status is
 non-zero unless produced = in_sink + quarantined, duplicates = gaps = lag = 0.
 
-`python -m assets.demo --worker SLOT --stall S` is one worker run (the demo's subprocesses).
+`python -m cohort.demo.story --worker SLOT --stall S` is one worker run (the demo's subprocesses).
 """
 
 import argparse
@@ -29,12 +29,12 @@ from typing import Any
 
 import dagster as dg
 
-from assets.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
-from assets.translator import DagsterCohortTranslator
-from assets.worker import worker_run_config
-from assignment.coordinator import Coordinator
-from assignment.group_state import EventKind
-from pipelines.kafka_client import create_topic, produce
+from cohort.assets.translator import DagsterCohortTranslator
+from cohort.assets.worker import worker_run_config
+from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.group_state import EventKind
+from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
+from cohort.devtools.topics import create_topic, produce
 
 __all__ = ["DemoSummary", "main", "run_group_demo"]
 
@@ -112,7 +112,7 @@ class _Env:
         }
 
     def start_worker(self, slot: int, *, stall_s: float = 0.0, tags: dict[str, str] | None = None) -> subprocess.Popen:
-        command = [sys.executable, "-m", "assets.demo", "--worker", str(slot), "--stall", str(stall_s)]
+        command = [sys.executable, "-m", "cohort.demo.story", "--worker", str(slot), "--stall", str(stall_s)]
         if tags:
             command += ["--tags", json.dumps(tags)]
         log = open(self.root / f"worker-{slot}-{int(time.time() * 1000)}.log", "wb")  # noqa: SIM115 - child's
@@ -164,9 +164,9 @@ def _sensor_reruns(env: _Env, instance: dg.DagsterInstance, defs: dg.Definitions
 
 def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
     """Run the story (it prints the `cohort describe` table last); returns the summary and the audit text."""
-    from pipelines.kafka_client import partition_counts
-    from resources.embedded_broker import EmbeddedBroker
-    from resources.kafka import release_shared_clients
+    from cohort.devtools.embedded_broker import EmbeddedBroker
+    from cohort.devtools.topics import partition_counts
+    from cohort.resources.kafka import release_shared_clients
 
     root = root or Path(tempfile.mkdtemp(prefix="cohort-demo-"))
     with EmbeddedBroker() as broker:
@@ -229,9 +229,9 @@ def _audit(
     """Count the sink and quarantine, compare with the ledger, Kafka and the materializations."""
     import pyarrow.dataset as ds
 
-    from assets.audit import gather_audits
-    from assets.cli import print_describe
-    from assets.ops import describe_rows
+    from cohort.assets.audit import gather_audits
+    from cohort.cli.ops import describe_rows
+    from cohort.cli.tables import print_describe
 
     kafka = defs.resources["kafka"]
 

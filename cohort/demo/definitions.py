@@ -17,12 +17,12 @@ from pathlib import Path
 import dagster as dg
 import pyspark.sql.types as T
 
-from assets.factory import build_cohort_definitions
-from assets.translator import CohortConfig
-from pipelines.spec import PipelineSpec
-from resources.group import DEFAULT_STORE_URL
-from resources.kafka import KafkaResource
-from resources.spark import SparkResource
+from cohort.assets.factory import build_cohort_definitions
+from cohort.assets.translator import CohortConfig
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources.group import DEFAULT_STORE_URL
+from cohort.resources.kafka import KafkaResource
+from cohort.resources.spark import SparkResource
 
 __all__ = ["DEMO_GROUP", "DEMO_TOPIC", "EVENT_SCHEMA", "defs", "demo_config", "demo_definitions"]
 

@@ -1,4 +1,4 @@
-"""The `cohort` command line: run the embedded broker, the demo, and operate groups."""
+"""The `cohort` command line: operate groups (groups, describe, delete, simulate) and run the embedded broker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
-__all__ = ["main", "print_describe"]
+from cohort.cli.tables import print_describe, print_table
+
+__all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,7 +24,7 @@ def main() -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port on 127.0.0.1 (default: a free one).")
 def broker(port: int | None) -> None:
     """Run the embedded Tansu broker in the foreground until Ctrl-C."""
-    from resources.embedded_broker import BrokerError, EmbeddedBroker
+    from cohort.devtools.embedded_broker import BrokerError, EmbeddedBroker
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -41,14 +43,6 @@ def broker(port: int | None) -> None:
         click.echo("broker stopped")
 
 
-@main.command()
-def demo() -> None:
-    """Run the end-to-end demo on embedded defaults (same as `make demo`)."""
-    from assets.demo import main as demo_main
-
-    raise SystemExit(demo_main())
-
-
 # ------------------------------------------------------------------------------------- operations
 
 _STORE = click.option(
@@ -62,7 +56,7 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scr
 
 def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse an illegal group name before the command opens the store (so no file is created for it)."""
-    from assignment import InvalidNameError, validate_group_name
+    from cohort.common.names import InvalidNameError, validate_group_name
 
     if value is None:
         return None
@@ -73,28 +67,10 @@ def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 def _coordinator(store_url: str | None) -> Any:
-    from assignment.coordinator import Coordinator
-    from resources.group import DEFAULT_STORE_URL
+    from cohort.assignment.coordinator import Coordinator
+    from cohort.resources.group import DEFAULT_STORE_URL
 
     return Coordinator.from_url(store_url or DEFAULT_STORE_URL)
-
-
-def _print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="right" if column in _NUMERIC else "left")
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    console = Console()
-    if not console.is_terminal:  # piped: do not truncate names to a guessed 80 columns
-        console = Console(width=200)
-    console.print(table)
-
-
-_NUMERIC = {"PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "GENERATION", "MEMBERS", "BEFORE", "AFTER"}
 
 
 @main.command()
@@ -102,7 +78,7 @@ _NUMERIC = {"PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "GENERATION"
 @_JSON
 def groups(store_url: str | None, as_json: bool) -> None:
     """List groups: state, members, generation, assignor."""
-    from assets.ops import group_rows
+    from cohort.cli.ops import group_rows
 
     coordinator = _coordinator(store_url)
     try:
@@ -113,7 +89,7 @@ def groups(store_url: str | None, as_json: bool) -> None:
         click.echo(json.dumps(rows))
         return
     columns = ["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR"]
-    _print_table("Cohort groups", columns, [[r[k.lower()] for k in columns] for r in rows])
+    print_table("Cohort groups", columns, [[r[k.lower()] for k in columns] for r in rows])
 
 
 @main.command()
@@ -128,14 +104,14 @@ def groups(store_url: str | None, as_json: bool) -> None:
 @_JSON
 def describe(group: str, store_url: str | None, bootstrap_servers: str | None, as_json: bool) -> None:
     """Describe GROUP per partition, like `kafka-consumer-groups --describe`."""
-    from assets.ops import describe_rows
-    from assignment import InvalidNameError
+    from cohort.cli.ops import describe_rows
+    from cohort.common.names import InvalidNameError
 
     coordinator = _coordinator(store_url)
     try:
         ends = None
         if bootstrap_servers:
-            from resources.kafka import KafkaResource
+            from cohort.resources.kafka import KafkaResource
 
             ends = KafkaResource(bootstrap_servers=bootstrap_servers).end_offsets
         described = coordinator.describe_group(group)
@@ -157,24 +133,13 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
     print_describe(described, rows)
 
 
-def print_describe(described: Any, rows: list[Any]) -> None:
-    """Print `cohort describe`'s table for a `GroupDescription` and its `DescribeRow`s (the demo uses it)."""
-    columns = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "GENERATION"]
-    title = (
-        f"Group {described.name}: {described.state.value}, generation {described.generation}, "
-        f"assignor {described.assignor or '-'}, {len(described.members)} member(s)"
-    )
-    table = [[r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.owner, r.generation] for r in rows]
-    _print_table(title, columns, table)
-
-
 @main.command()
 @click.argument("group", callback=_group_name)
 @_STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
-    from assignment import InvalidNameError
-    from assignment.errors import CoordinatorError
+    from cohort.assignment.errors import CoordinatorError
+    from cohort.common.names import InvalidNameError
 
     coordinator = _coordinator(store_url)
     try:
@@ -208,7 +173,7 @@ def simulate(
     as_json: bool,
 ) -> None:
     """What-if: which partitions move if members leave or join, under the chosen assignor."""
-    from assets.ops import live_group_state, simulate_change
+    from cohort.cli.ops import live_group_state, simulate_change
 
     current = subscriptions = None
     try:
@@ -243,8 +208,8 @@ def simulate(
         return
     every = sorted(set(plan.before) | set(plan.after))
     rows = [[m, len(plan.before.get(m, ())), len(plan.after.get(m, ()))] for m in every]
-    _print_table(f"Assignor {plan.assignor}: {len(plan.moved)} partition(s) move", ["MEMBER", "BEFORE", "AFTER"], rows)
-    _print_table("Moves", ["TOPIC", "PARTITION", "FROM", "TO"], [list(m) for m in plan.moved])
+    print_table(f"Assignor {plan.assignor}: {len(plan.moved)} partition(s) move", ["MEMBER", "BEFORE", "AFTER"], rows)
+    print_table("Moves", ["TOPIC", "PARTITION", "FROM", "TO"], [list(m) for m in plan.moved])
 
 
 def _parse_counts(items: tuple[str, ...]) -> dict[str, int]:

@@ -1,0 +1,42 @@
+"""How the `cohort` command prints: Rich tables on a terminal (wide when piped), shared with the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from cohort.assignment.views import GroupDescription
+    from cohort.cli.ops import DescribeRow
+
+__all__ = ["print_describe", "print_table"]
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a Rich table; None cells print as "-", numeric columns right-aligned."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="right" if column in _NUMERIC else "left")
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    console = Console()
+    if not console.is_terminal:  # piped: do not truncate names to a guessed 80 columns
+        console = Console(width=200)
+    console.print(table)
+
+
+_NUMERIC = {"PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "GENERATION", "MEMBERS", "BEFORE", "AFTER"}
+
+
+def print_describe(described: GroupDescription, rows: Sequence[DescribeRow]) -> None:
+    """Print `cohort describe`'s table for a `GroupDescription` and its `DescribeRow`s (the demo uses it)."""
+    columns = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "GENERATION"]
+    title = (
+        f"Group {described.name}: {described.state.value}, generation {described.generation}, "
+        f"assignor {described.assignor or '-'}, {len(described.members)} member(s)"
+    )
+    table = [[r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.owner, r.generation] for r in rows]
+    print_table(title, columns, table)
