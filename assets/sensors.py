@@ -1,4 +1,4 @@
-"""The membership and topic sensors: typed cursors, a time budget, `SensorResult` (STYLE pattern 8).
+"""The membership and topic sensors: typed cursors, a time budget, `SensorResult`.
 
 Membership: per group, evict members whose Dagster run failed or was canceled, persist what the clock
 made due (expired sessions and progress deadlines: the coordinator removes those members and starts the

@@ -2,7 +2,7 @@
 
 `CohortConfig` is what a user writes (group, topics or pattern, pipeline spec, a few knobs);
 `DagsterCohortTranslator` decides asset keys, partition-set names, check specs and metadata; override
-one method to rename or regroup (STYLE pattern 7). Metadata keys live under the `cohort/` prefix.
+one method to rename or regroup. Metadata keys live under the `cohort/` prefix.
 
 Example:
     >>> config = CohortConfig(group="orders-ingest", topics=("orders",), pipeline=None)

@@ -2,7 +2,7 @@
 
 It joins the group as its worker slot (a static member), waits (bounded) for its assignment, heartbeats
 while Spark works, runs the batch for exactly its partitions with itself as the fenced ledger, and logs
-one `AssetMaterialization` per consumed topic partition with the SPEC section 7 metadata. The assignment
+one `AssetMaterialization` per consumed topic partition with the `cohort/` metadata (docs/metadata.md). The assignment
 is only known once the run has joined, so the job's op reports materializations of the topic assets'
 partition keys at runtime rather than being launched for a partition key. At the end it leaves the group
 or keeps its static membership (`leave_on_finish`).
@@ -131,7 +131,7 @@ def _new_partitions(
 ) -> list[TopicPartition]:
     """Assigned partitions that never had a commit while other partitions of their topic did: partitions
     added to the topic after the group started on it. They start at earliest whatever the reset policy
-    (SPEC section 5), so records produced before this first batch are not skipped."""
+    (docs/guarantees.md), so records produced before this first batch are not skipped."""
     every = [TopicPartition(t, p) for t in sorted({tp.topic for tp in assignment}) for p in range(counts.get(t, 0))]
     committed = member.committed_offsets(every) if every else {}
     started = {tp.topic for tp, offset in committed.items() if offset is not None}
@@ -262,7 +262,7 @@ def run_worker(
 def materializations(
     outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str
 ) -> Iterator[dg.AssetMaterialization]:
-    """One materialization per consumed topic partition, with numeric offset metadata (SPEC section 7)."""
+    """One materialization per consumed topic partition, with numeric offset metadata (docs/metadata.md)."""
     if outcome.result is None:
         return
     for part in outcome.result.partitions:

@@ -1,4 +1,4 @@
-"""The records of a consumer group and its state machine (SPEC section 3).
+"""The records of a consumer group and its state machine (docs/protocol.md).
 
 A group is a frozen `GroupRecord` holding frozen `MemberRecord`s; protocol steps produce new records with
 `dataclasses.replace` and never mutate. The five states and their allowed transitions are the table
@@ -43,7 +43,7 @@ __all__ = [
 
 
 class GroupState(StrEnum):
-    """The five states of a classic consumer group (the seeds' "awaiting sync" is CompletingRebalance)."""
+    """The five states of a classic consumer group (what some texts call "awaiting sync" is CompletingRebalance)."""
 
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
@@ -102,7 +102,7 @@ class GroupConfig:
     Attributes:
         initial_rebalance_delay: `group.initial.rebalance.delay.ms` in seconds: an Empty group's first join
             phase waits this long, extended by the same delay while new members keep arriving, capped by
-            the rebalance timeout. 0 completes it at once (Kafka before 0.11, as in the seeds).
+            the rebalance timeout. 0 completes it at once (Kafka before 0.11).
         min_session_timeout: `group.min.session.timeout.ms` in seconds.
         max_session_timeout: `group.max.session.timeout.ms` in seconds.
         max_size: `group.max.size`; None for no limit.
@@ -216,7 +216,7 @@ class EventKind(StrEnum):
 
 @dataclass(frozen=True)
 class GroupEvent:
-    """Something that happened to a group, kept for audits, sensors and the seed-scenario tests."""
+    """Something that happened to a group, kept for audits, sensors and the scenario tests."""
 
     at: float
     kind: EventKind

@@ -1,4 +1,4 @@
-"""The offset ledger (SPEC section 5): generation-fenced, contiguous committed ranges per partition.
+"""The offset ledger: generation-fenced, contiguous committed ranges per partition.
 
 A commit carries the member, its generation and, per partition, the consumed range [from, until) with
 its record counts (`OffsetRange`). It is accepted only

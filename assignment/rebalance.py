@@ -96,7 +96,7 @@ def candidate_assignors(ballots: Iterable[Iterable[str]]) -> set[str] | None:
 
 
 def elect_assignor(members: Iterable[MemberRecord]) -> str:
-    """The assignor vote of SPEC section 3.
+    """The assignor vote (docs/protocol.md).
 
     Candidates are the assignors every member supports; each member votes for the first candidate in its
     own preference list; most votes wins. Ties go to the candidate the longest-standing member (lowest

@@ -1,6 +1,6 @@
 """Public value types of the assignment layer: topic partitions, subscriptions, the assignor protocol.
 
-These are the records every assignor and the coordinator exchange (SPEC section 4). They are immutable and
+These are the records every assignor and the coordinator exchange. They are immutable and
 import nothing beyond the standard library (and `cohort.common.validation`, which imports only that), so the
 protocol's decisions stay testable with plain values.
 """

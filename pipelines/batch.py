@@ -4,7 +4,7 @@
 SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partitions and an `OffsetLedger`
 (a `GroupMember`, or a coordinator's standalone ledger).
 
-Guarantees (SPEC section 5):
+Guarantees (docs/guarantees.md):
 
 - each range is read from Kafka once, by a Spark task that also decodes and validates its records
   (cohort.pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition, in

@@ -3,7 +3,7 @@
 It embeds the coordinator client (`get_coordinator()`, cached per clock) and the assignor choice (a
 preference list voted on by the members). A worker slot is a static member identity,
 `<group>/worker-<n>`: successive runs of the slot are successive instances of one Kafka
-`group.instance.id`. No asset logic here (STYLE pattern 6): the worker and the sensors use it.
+`group.instance.id`. No asset logic here: the worker and the sensors use it.
 
 Example:
     >>> group = CohortGroupResource(group="orders-ingest", topics=["orders"], worker_slots=3)

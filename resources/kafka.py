@@ -1,6 +1,6 @@
 """The Kafka resource: confluent-kafka configuration (SASL/SSL secrets from `EnvVar`) and client factories.
 
-Typed configuration plus cached clients, nothing else (STYLE pattern 6): admin, producer and consumer
+Typed configuration plus cached clients, nothing else: admin, producer and consumer
 factories, topic metadata, end offsets, Kafka's committed offsets of a group, and the mirror that copies
 ledger commits to Kafka. Secrets (`sasl_password`, `ssl_key_password`) are hidden from `repr`, from
 `describe_config()` and from every error message raised here.

@@ -1,4 +1,4 @@
-"""Partition assignors (SPEC section 4): range, roundrobin, sticky, cooperative-sticky, and a registry.
+"""Partition assignors: range, roundrobin, sticky, cooperative-sticky, and a registry.
 
 Pure Python plus numpy; no Dagster, Spark or Kafka client imports. Every assignor is stateless: owned
 partitions and generations arrive inside each member's `Subscription`.

@@ -2,7 +2,7 @@
 
 Partitions are sorted by (topic, partition) and dealt over the members sorted by id, cyclically; a member not
 subscribed to a partition's topic is skipped. The dealing position carries over from topic to topic, exactly as
-Kafka's `CircularIterator` does, which is what makes the seed examples come out as they do.
+Kafka's `CircularIterator` does, which is what makes Kafka's documented examples come out as they do.
 """
 
 from __future__ import annotations

@@ -55,5 +55,5 @@ def make_coordinator(store_url: str, clock: ManualClock) -> Iterator[Coordinator
 
 @pytest.fixture
 def coordinator(make_coordinator: CoordinatorFactory) -> Coordinator:
-    """A coordinator with no initial rebalance delay (as the seeds' Kafka version)."""
+    """A coordinator with no initial rebalance delay (as Kafka before 0.11)."""
     return make_coordinator()

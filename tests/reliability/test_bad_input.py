@@ -1,4 +1,4 @@
-"""The coordinator's bad-input corpus (SPEC section 9): every case with its expected error and a message
+"""The coordinator's bad-input corpus: every case with its expected error and a message
 fragment naming the problem, and proof that the refused call lost or changed nothing.
 
 Each case runs against a populated group (Stable, one member owning every partition, a committed range)

@@ -1,4 +1,4 @@
-"""The data path's bad-input corpus (SPEC section 9): every raw record in tests/reliability/corpus_records.py
+"""The data path's bad-input corpus: every raw record in tests/reliability/corpus_records.py
 goes through `pipelines.run_batch` in ONE batch over a three-partition topic on the real broker, with
 real Spark and the real coordinator's ledger on SQLite, and lands exactly where the corpus says: in the
 sink with its decoded values and its exact key and header bytes, or in quarantine with its exact raw

@@ -1,4 +1,4 @@
-"""Secrets scan (SPEC section 9): a SASL password given through `dg.EnvVar` never reaches what Dagster
+"""Secrets scan: a SASL password given through `dg.EnvVar` never reaches what Dagster
 keeps or shows: the event log (messages, event data, failure messages and stack traces), the stored run
 config and tags (what the UI shows), the job and execution-plan snapshots, materialization and check
 metadata, compute logs and every other file under the instance's directory, the process's own output,

@@ -1,4 +1,4 @@
-"""Pins each Tansu 0.6 deviation from Apache Kafka that Cohort works around (SPEC section 8).
+"""Pins each Tansu 0.6 deviation from Apache Kafka that Cohort works around (README lists them).
 
 If an upgrade of the embedded broker fixes one of these, its test fails: then drop the workaround it
 names. Each test states the workaround it justifies.

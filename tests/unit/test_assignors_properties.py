@@ -158,7 +158,7 @@ def test_cooperative_on_random_clusters(cluster: Cluster) -> None:
 
 
 def reference_range(counts: Mapping[str, int], subs: Mapping[str, Subscription]) -> dict[str, list[TopicPartition]]:
-    """Transcription of the Java RangeAssignor quoted in seeds/001."""
+    """Transcription of the Java RangeAssignor in Kafka's sources."""
     assignment: dict[str, list[TopicPartition]] = {m: [] for m in subs}
     consumers_per_topic: dict[str, list[str]] = {}
     for member, sub in subs.items():
@@ -180,7 +180,7 @@ def reference_range(counts: Mapping[str, int], subs: Mapping[str, Subscription])
 def reference_roundrobin(
     counts: Mapping[str, int], subs: Mapping[str, Subscription]
 ) -> dict[str, list[TopicPartition]]:
-    """Transcription of the Java RoundRobinAssignor quoted in seeds/001 (CircularIterator over sorted ids)."""
+    """Transcription of the Java RoundRobinAssignor in Kafka's sources (CircularIterator over sorted ids)."""
     assignment: dict[str, list[TopicPartition]] = {m: [] for m in subs}
     members = sorted(subs)
     topics = sorted({t for s in subs.values() for t in s.topics if t in counts})
