@@ -36,6 +36,7 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(PY) -m ruff check .
+	$(PY) tools/typecheck.py
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) system-deps
@@ -44,8 +45,10 @@ bench: $(STAMP) system-deps
 ui: $(STAMP)
 	$(PY) -m cohort.devtools.ui
 
+# tools/typecheck.py: mypy on the product packages under their `cohort.` names (paths shown as the repository's).
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) tools/typecheck.py
 	$(PY) -m ruff format --check .
 
 format: $(STAMP)

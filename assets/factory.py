@@ -103,7 +103,7 @@ def cohort_assets(
         worker_job=job,
         checks_job=checks_job,
         schedule=build_worker_schedule(config, job, translator),
-        group_resource=config.group_resource(),
+        group_resource=config.group_resource,
     )
 
 

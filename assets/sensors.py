@@ -10,34 +10,32 @@ Topic: watch the subscribed topics' partition counts (and, for pattern subscript
 match), add the new partitions to the topics' dynamic partition sets, report the change to the
 coordinator (which starts a rebalance) and request one run per worker slot.
 
-Both read time through an injected `Clock` (tests advance a `ManualClock`; nothing sleeps) and stop early
-when their time budget is spent, resuming at the next tick. They use the group resources built from the
-configs once, not Dagster-initialized ones: a tick then initializes no resource (only the topic sensor's
-Kafka resource, which may hold secrets) and reuses the process's coordinator and store caches.
+Both take the group resources (and the topic sensor the Kafka resource) from the Definitions, as the
+workers do: whoever replaces a group resource in the Definitions moves the sensors with the workers. A
+tick reads, decides with the pure functions of `cohort.assets.membership`, then applies. Both read time
+through an injected `Clock` (tests advance a `ManualClock`; nothing sleeps) and stop early when their time
+budget is spent, resuming at the next tick.
 """
 
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import dagster as dg
 
 from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
+from cohort.assets.membership import Rerun, RunState, RunView, decide_evictions, decide_reruns
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
 from cohort.assignment.clock import Clock
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.group_state import EventKind, GroupRecord, subscribed_counts
+from cohort.assignment.group_state import GroupRecord, subscribed_counts
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
 __all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 
-_DEAD_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-_CLEAN_LEAVE = "left:"
-_REMEMBERED_RERUNS = 200
 
 
 def due(record: GroupRecord, now: float) -> bool:
@@ -48,10 +46,11 @@ def due(record: GroupRecord, now: float) -> bool:
     return any(d is not None and d <= now for d in deadlines)
 
 
-def _runs(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[str, dg.DagsterRun]:
-    if not run_ids:
-        return {}
-    return {run.run_id: run for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))}
+_DAGSTER_STATES = {
+    dg.DagsterRunStatus.SUCCESS: RunState.SUCCESS,
+    dg.DagsterRunStatus.FAILURE: RunState.FAILURE,
+    dg.DagsterRunStatus.CANCELED: RunState.CANCELED,
+}
 
 
 def _slot_of_run(run: dg.DagsterRun) -> int | None:
@@ -64,25 +63,44 @@ def _slot_of_run(run: dg.DagsterRun) -> int | None:
     return None
 
 
-def _rerun(
-    config: CohortConfig,
-    translator: DagsterCohortTranslator,
-    slot: int,
-    generation: int,
-    key: str,
-    reason: str,
-    of: str,
-) -> dg.RunRequest:
+def _view(run: dg.DagsterRun, worker_job: str) -> RunView:
+    return RunView(
+        run.run_id,
+        _DAGSTER_STATES.get(run.status, RunState.OTHER),
+        slot=_slot_of_run(run) if run.job_name == worker_job else None,
+        rerun_of=run.tags.get(RERUN_TAG) or None,
+    )
+
+
+def _read_runs(
+    instance: dg.DagsterInstance, worker_job: str, run_ids: Sequence[str], dead_since: float
+) -> dict[str, RunView]:
+    """The runs of the members seen, plus the worker runs that failed or were canceled since `dead_since`
+    (0: none; the first tick watches from then on)."""
+    runs = list(instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))) if run_ids else []
+    if dead_since:
+        runs += instance.get_runs(
+            filters=dg.RunsFilter(
+                job_name=worker_job,
+                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+                updated_after=datetime.fromtimestamp(dead_since, UTC),
+            ),
+            limit=200,
+        )
+    return {run.run_id: _view(run, worker_job) for run in runs}
+
+
+def _rerun_request(config: CohortConfig, translator: DagsterCohortTranslator, rerun: Rerun) -> dg.RunRequest:
     return dg.RunRequest(
-        run_key=f"{config.group}:slot-{slot}:gen-{generation}:{key}",
+        run_key=f"{config.group}:slot-{rerun.slot}:gen-{rerun.generation}:{rerun.key}",
         job_name=translator.get_job_name(config.group),
-        run_config=worker_run_config(config, slot),
+        run_config=worker_run_config(config, rerun.slot),
         tags={
             GROUP_TAG: config.group,
-            SLOT_TAG: str(slot),
-            GENERATION_TAG: str(generation),
-            RERUN_TAG: of,
-            "cohort/reason": reason[:200],
+            SLOT_TAG: str(rerun.slot),
+            GENERATION_TAG: str(rerun.generation),
+            RERUN_TAG: rerun.of,
+            "cohort/reason": rerun.reason[:200],
         },
     )
 
@@ -95,81 +113,40 @@ def _membership_tick(
     clock: Clock | None,
     seen: GroupCursor,
 ) -> tuple[GroupCursor, list[dg.RunRequest]]:
-    """One group: evict members of dead runs, apply the clock, rerun slots that lost their work.
-
-    Reruns: a member removed while its run had not finished (session or progress deadline) -> keyed by
-    the member; a run that failed or was canceled (its member evicted here, or it left on its own, or it
-    came and went between two ticks, or failed before the group existed) -> keyed by the run, so every
-    path asks for the same rerun once. A failed or canceled run that was itself a rerun is not rerun
-    again: it needs a person.
-    """
+    """One group: read, decide the evictions, apply them; read the new events, decide the reruns, request them."""
     coordinator = group.get_coordinator(clock)
+    worker_job = translator.get_job_name(config.group)
     record = coordinator.store.load(config.group)  # None until a member first joins: runs are watched anyway
-    scan_from, scan_to = seen.runs_scanned_until, time.time()
+    scanned_until = time.time()
     members = record.members if record is not None else {}
     live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in members.items()}
     known = {**seen.members, **live}
-    runs = _runs(context.instance, sorted({rid for _s, rid in known.values() if rid}))
-    if scan_from:  # failed or canceled worker runs since the last tick (first tick: from now on)
-        recent = context.instance.get_runs(
-            filters=dg.RunsFilter(
-                job_name=translator.get_job_name(config.group),
-                statuses=list(_DEAD_RUN),
-                updated_after=datetime.fromtimestamp(scan_from, UTC),
-            ),
-            limit=200,
-        )
-        runs.update({run.run_id: run for run in recent})
+    runs = _read_runs(
+        context.instance, worker_job, sorted({rid for _s, rid in known.values() if rid}), seen.runs_scanned_until
+    )
+    clock_due = record is not None and due(record, coordinator.clock.now())
+    evictions = decide_evictions(live, runs, clock_due=clock_due)
     evicted = False
-    for member_id, (_slot, run_id) in live.items():
-        run = runs.get(run_id) if run_id else None
-        if run is not None and run.status in _DEAD_RUN:
-            try:
-                coordinator.evict_member(config.group, member_id, f"run {run_id} {run.status.value.lower()}")
-                evicted = True
-            except CoordinatorError as exc:  # already gone: the events below tell what happened
-                context.log.info(f"group {config.group!r}: eviction of {member_id} skipped: {exc}")
-    if not evicted and record is not None and due(record, coordinator.clock.now()):
+    for eviction in evictions.evict:
+        try:
+            coordinator.evict_member(config.group, eviction.member_id, eviction.reason)
+            evicted = True
+        except CoordinatorError as exc:  # already gone: the events below tell what happened
+            context.log.info(f"group {config.group!r}: eviction of {eviction.member_id} skipped: {exc}")
+    if evictions.expire and not evicted:
         coordinator.expire(config.group)
-    requests: dict[str, dg.RunRequest] = {}
-    rerun_runs = list(seen.rerun_runs)
-    generation = record.generation if record is not None else 0
-    removed: set[str] = set()
-    last_event = seen.last_event
-    for event_id, event in coordinator.group_events(config.group, after=seen.last_event):
-        last_event = max(last_event, event_id)
-        generation = max(generation, event.generation)
-        if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
-            continue
-        removed.add(event.member_id)
-        slot, run_id = known.get(event.member_id, (None, None))
-        run = runs.get(run_id) if run_id else None
-        if slot is None or (run is not None and run.status in _DEAD_RUN):
-            continue  # dead runs are rerun below, keyed by the run
-        if event.reason.startswith(_CLEAN_LEAVE) or (run is not None and run.status is dg.DagsterRunStatus.SUCCESS):
-            continue  # a clean leave, or a finished static member whose session ran out: nothing orphaned
-        context.log.info(f"group {config.group!r}: slot {slot} lost member {event.member_id} ({event.reason})")
-        request = _rerun(config, translator, slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
-        requests[request.run_key or ""] = request
-        if run_id:
-            rerun_runs.append(run_id)
-    slot_by_run = {rid: slot for slot, rid in known.values() if rid and slot is not None}
-    worker_job = translator.get_job_name(config.group)
-    for run in runs.values():
-        slot = slot_by_run.get(run.run_id) or (_slot_of_run(run) if run.job_name == worker_job else None)
-        if run.status not in _DEAD_RUN or slot is None:
-            continue
-        if run.run_id in rerun_runs:
-            continue  # its slot was rerun when its member was removed at a deadline
-        if run.tags.get(RERUN_TAG):
-            context.log.warning(f"group {config.group!r}: rerun {run.run_id} of slot {slot} {run.status.value}")
-            continue
-        reason = f"run {run.run_id} {run.status.value.lower()}"
-        request = _rerun(config, translator, slot, generation, f"rerun-{run.run_id[:8]}", reason, run.run_id)
-        requests[request.run_key or ""] = request
-    members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
-    cursor = GroupCursor(last_event, members, scan_to, tuple(rerun_runs[-_REMEMBERED_RERUNS:]))
-    return cursor, list(requests.values())
+    events = coordinator.group_events(config.group, after=seen.last_event)
+    decided = decide_reruns(
+        seen,
+        live,
+        runs,
+        events,
+        generation=record.generation if record is not None else 0,
+        scanned_until=scanned_until,
+    )
+    for note in decided.notes:
+        (context.log.warning if note.level == "warning" else context.log.info)(f"group {config.group!r}: {note.text}")
+    return decided.cursor, [_rerun_request(config, translator, rerun) for rerun in decided.reruns]
 
 
 def build_membership_sensor(
@@ -189,12 +166,12 @@ def build_membership_sensor(
         >>> sensor = build_membership_sensor([config], [worker_job])  # doctest: +SKIP
     """
     translator = translator or DagsterCohortTranslator()
-    groups_by_name = {c.group: c.group_resource() for c in configs}
 
     @dg.sensor(
         name=name,
         jobs=list(jobs),
         minimum_interval_seconds=minimum_interval_seconds,
+        required_resource_keys={c.resource_key for c in configs},
         default_status=default_status,
         description="Evicts members whose session, progress deadline or run ended; reruns their slots.",
     )
@@ -212,7 +189,7 @@ def build_membership_sensor(
                 next_group = position  # resume here next tick
                 break
             config = order[position]
-            group = groups_by_name[config.group]
+            group: CohortGroupResource = getattr(context.resources, config.resource_key)
             seen = groups.get(config.group, GroupCursor())
             groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
             requests += made
@@ -243,21 +220,20 @@ def build_topic_sensor(
         >>> sensor = build_topic_sensor([config], [worker_job])  # doctest: +SKIP
     """
     translator = translator or DagsterCohortTranslator()
-    groups_by_name = {c.group: c.group_resource() for c in configs}
 
     @dg.sensor(
         name=name,
         jobs=list(jobs),
         minimum_interval_seconds=minimum_interval_seconds,
-        required_resource_keys={"kafka"},
+        required_resource_keys={"kafka", *(c.resource_key for c in configs)},
         default_status=default_status,
         description="Adds partitions of grown or new subscribed topics, rebalances, requests runs.",
     )
-    def topic_sensor(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
+    def topic_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         started = time.monotonic()
         cursor = TopicCursor.from_json(context.cursor)
         seen: dict[str, Mapping[str, int]] = dict(cursor.counts)
-        kafka: KafkaResource = resources["kafka"]
+        kafka: KafkaResource = context.resources.kafka
         everything = kafka.partition_counts()
         requests: list[dg.RunRequest] = []
         additions: list[dg.AddDynamicPartitionsRequest] = []
@@ -275,7 +251,7 @@ def build_topic_sensor(
                 missing = _missing_keys(context.instance, name_, count)
                 if missing:
                     additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
-            group = groups_by_name[config.group]
+            group: CohortGroupResource = getattr(context.resources, config.resource_key)
             report = everything if config.topic_pattern else now
             rebalanced = group.get_coordinator(clock).report_topic_metadata(config.group, report)
             seen[config.group] = now

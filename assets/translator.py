@@ -5,7 +5,8 @@
 one method to rename or regroup. Metadata keys live under the `cohort/` prefix.
 
 Example:
-    >>> config = CohortConfig(group="orders-ingest", topics=("orders",), pipeline=None)
+    >>> from cohort.resources import CohortGroupResource
+    >>> config = CohortConfig(CohortGroupResource(group="orders-ingest", topics=["orders"]))
     >>> translator = DagsterCohortTranslator()
     >>> translator.get_asset_key(config.group, "orders").to_user_string()
     'cohort/orders_ingest/orders'
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import dagster as dg
 
-from cohort.assignment.messages import DEFAULT_ASSIGNORS
-from cohort.common.names import validate_group_name, validate_topic_name
-from cohort.resources.group import DEFAULT_STORE_URL, CohortGroupResource
+from cohort.common.names import validate_topic_name
+from cohort.pipelines.spec import PipelineSpec
+from cohort.resources.group import CohortGroupResource
 
 __all__ = ["CHECK_CONTIGUOUS", "CHECK_LAG", "METADATA_PREFIX", "CohortConfig", "DagsterCohortTranslator", "safe_name"]
 
@@ -40,51 +40,59 @@ def safe_name(text: str) -> str:
 
 @dataclass(frozen=True)
 class CohortConfig:
-    """One consumer group as Dagster objects: its topics (or pattern), pipeline and group settings.
+    """One consumer group as Dagster objects: the group resource that declares it, and what to build for it.
+
+    The group's protocol settings (name, subscription, worker slots, assignors, timeouts, store URL) are
+    declared once, in the `CohortGroupResource`; this record adds only what the Dagster objects need.
 
     Attributes:
-        group: the consumer group name.
-        topics: explicitly subscribed topics (one asset each).
-        topic_pattern: regular expression subscription; topics it matches when the definitions load
-            (`known_topics`) get assets, later ones are picked up by the topic sensor and the next reload.
-        pipeline: the `cohort.pipelines.spec.PipelineSpec` the workers run.
-        known_topics: topics matching the pattern at load time (the caller looked them up).
-        worker_slots: number of worker slots (static members); the schedule launches one run per slot.
+        group_resource: the group's `CohortGroupResource`; the Definitions carry it under `resource_key`,
+            and the worker job, the sensors and the checks all take it from there.
+        pipeline: the `PipelineSpec` the workers run.
+        known_topics: topics matching the group's pattern when the definitions load (they get assets; later
+            ones are consumed at once and get an asset after the next reload).
         lag_threshold: the lag check fails above this many records per partition.
         schedule: cron of the worker schedule (None: no schedule).
-        resource_key: the group resource's key (default `cohort_group_<group>`).
-        group_settings: further `CohortGroupResource` fields (timeouts, assignors, store URL...).
     """
 
-    group: str
-    topics: Sequence[str] = ()
-    pipeline: Any = None
-    topic_pattern: str | None = None
+    group_resource: CohortGroupResource
+    pipeline: PipelineSpec | None = None
     known_topics: Sequence[str] = ()
-    worker_slots: int = 3
     lag_threshold: int = 0
     schedule: str | None = "*/15 * * * *"
-    store_url: str = DEFAULT_STORE_URL
-    assignors: Sequence[str] = DEFAULT_ASSIGNORS
-    group_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_group_name(self.group)
-        if isinstance(self.topics, str):
-            raise TypeError("topics must be a sequence of topic names, not a string")
-        for topic in (*self.topics, *self.known_topics):
+        if not isinstance(self.group_resource, CohortGroupResource):
+            raise TypeError(
+                "CohortConfig's first argument is the group's CohortGroupResource, "
+                f"got {type(self.group_resource).__name__}"
+            )
+        if isinstance(self.known_topics, str):
+            raise TypeError("known_topics must be a sequence of topic names, not a string")
+        for topic in self.known_topics:
             validate_topic_name(topic)
         if self.lag_threshold < 0:
             raise ValueError(f"lag_threshold must be >= 0, got {self.lag_threshold}")
-        if not self.topics and self.topic_pattern is None:
-            raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
-        unknown = sorted(set(self.group_settings) - set(CohortGroupResource.model_fields))
-        if unknown:
-            raise ValueError(
-                f"unknown group_settings {unknown}; CohortGroupResource fields are "
-                f"{sorted(CohortGroupResource.model_fields)}"
-            )
-        self.group_resource()  # refuses a bad assignor, slot count, timeout or limit here, where it is written
+
+    @property
+    def group(self) -> str:
+        """The consumer group's name."""
+        return self.group_resource.group
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The explicitly subscribed topics."""
+        return tuple(self.group_resource.topics)
+
+    @property
+    def topic_pattern(self) -> str | None:
+        """The group's pattern subscription, if any."""
+        return self.group_resource.topic_pattern
+
+    @property
+    def worker_slots(self) -> int:
+        """How many worker slots (static members) the group has."""
+        return self.group_resource.worker_slots
 
     @property
     def asset_topics(self) -> tuple[str, ...]:
@@ -99,18 +107,6 @@ class CohortConfig:
     def resource_key(self) -> str:
         """The key of this group's `CohortGroupResource` in the Definitions."""
         return f"cohort_group_{safe_name(self.group)}"
-
-    def group_resource(self) -> CohortGroupResource:
-        """The group resource these settings describe."""
-        return CohortGroupResource(
-            group=self.group,
-            topics=list(self.topics),
-            topic_pattern=self.topic_pattern,
-            assignors=list(self.assignors),
-            worker_slots=self.worker_slots,
-            store_url=self.store_url,
-            **self.group_settings,
-        )
 
 
 class DagsterCohortTranslator:

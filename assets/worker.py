@@ -19,12 +19,13 @@ output is withdrawn by the sink and its offsets stay uncommitted, so nothing is 
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import dagster as dg
 import sqlalchemy as sa
+from pyspark.sql import SparkSession
 
 from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
 from cohort.assignment.coordinator import Coordinator
@@ -35,8 +36,11 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
 )
 from cohort.assignment.member import GroupMember
-from cohort.common.ledger import OffsetLedger
+from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
+from cohort.pipelines.batch import run_batch
+from cohort.pipelines.results import BatchResult
+from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
@@ -66,8 +70,23 @@ _REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwn
 """Refusals after which the member rejoins and runs again. UNKNOWN_MEMBER_ID is not one: the member was
 removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
 
-BatchRunner = Callable[..., Any]
-"""`cohort.pipelines.batch.run_batch`-compatible callable returning a `BatchResult`."""
+class BatchRunner(Protocol):
+    """What the worker calls to run one batch: `cohort.pipelines.batch.run_batch`'s signature (tests and fault
+    scenarios pass a wrapper of it)."""
+
+    def __call__(
+        self,
+        spark: SparkSession,
+        spec: PipelineSpec,
+        kafka_config: Mapping[str, Any],
+        partitions: Sequence[TopicPartition],
+        ledger: OffsetLedger,
+        *,
+        group: str | None = None,
+        mirror: OffsetMirror | None = None,
+        run_id: str | None = None,
+        new_partitions: Collection[TopicPartition] = (),
+    ) -> BatchResult: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +99,7 @@ class WorkerOutcome:
     member_id: str
     generation: int
     assignment: tuple[TopicPartition, ...]
-    result: Any
+    result: BatchResult | None
     lag_after: Mapping[TopicPartition, int]
     attempts: int
 
@@ -92,12 +111,6 @@ def worker_run_config(config: CohortConfig, slot: int) -> dict[str, Any]:
 
 def _op_name(config: CohortConfig) -> str:
     return f"cohort_worker_op__{safe_name(config.group)}"
-
-
-def _default_runner() -> BatchRunner:
-    from cohort.pipelines.batch import run_batch
-
-    return run_batch
 
 
 def _register_partitions(
@@ -189,7 +202,10 @@ def run_worker(
     runner: BatchRunner | None = None,
 ) -> WorkerOutcome:
     """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay."""
-    runner = runner if runner is not None else _default_runner()
+    runner = runner if runner is not None else run_batch
+    if config.pipeline is None:
+        raise dg.Failure(f"group {config.group!r} has no pipeline: give CohortConfig(..., pipeline=PipelineSpec(...))")
+    pipeline = config.pipeline
     member: GroupMember = group.member(
         slot,
         run_id=context.run_id,
@@ -214,7 +230,7 @@ def run_worker(
                 with _progress_reporter(member, spark, member.heartbeat_interval):
                     result = runner(
                         spark.get_session(),
-                        config.pipeline,
+                        pipeline,
                         kafka.client_config(),
                         list(assignment),
                         member,
@@ -229,7 +245,7 @@ def run_worker(
                 context.log.warning(f"group {config.group!r} slot {slot}: {exc.code}; rejoining ({attempts})")
                 assignment = member.ensure_active()
                 continue
-            if getattr(result, "mirror_error", None):
+            if result.mirror_error:
                 context.log.warning(
                     f"Kafka mirror of the commit failed (the ledger's commit stands): {result.mirror_error}"
                 )

@@ -20,7 +20,9 @@ Protocols, as in Kafka's consumer:
 Example:
     >>> from cohort.assignment.coordinator import Coordinator
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
-    >>> with GroupMember(coordinator, "orders", topics=["orders"], client_id=run_id) as member:  # doctest: +SKIP
+    >>> from cohort.assignment.settings import MemberSettings
+    >>> settings = MemberSettings(topics=("orders",))
+    >>> with GroupMember(coordinator, "orders", settings, client_id=run_id) as member:  # doctest: +SKIP
     ...     start = member.committed_offsets(member.assignment)
     ...     ...  # read and write [start, end) per partition
     ...     member.commit([OffsetRange("orders", 0, start[tp0] or 0, end, records=n)])
@@ -32,7 +34,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from cohort.assignment.coordinator import Coordinator
@@ -45,13 +47,12 @@ from cohort.assignment.errors import (
     UnknownMemberIdError,
 )
 from cohort.assignment.messages import (
-    DEFAULT_ASSIGNORS,
     JoinComplete,
     JoinPending,
-    JoinRequest,
     SyncComplete,
     SyncPending,
 )
+from cohort.assignment.settings import MemberSettings
 from cohort.assignment.types import COOPERATIVE, EAGER, Assignor
 from cohort.common.types import OffsetRange, TopicPartition
 
@@ -95,19 +96,15 @@ class GroupMember:
     Args:
         coordinator: the group coordinator.
         group: the group name.
-        topics / topic_pattern: the subscription.
-        assignors: assignor names in order of preference.
+        settings: the subscription, assignors and timeouts (`MemberSettings`).
         instance_id: static identity (worker slot); a static member does not leave on close, so the next
             run of the slot rejoins with the same assignment if it comes within the session timeout.
         client_id: opaque id shown to operators (the Dagster run id); default run id of commits.
-        session_timeout, rebalance_timeout, progress_timeout: see `JoinRequest`.
-        heartbeat_interval: seconds between heartbeats (default a third of the session timeout).
         listener: rebalance hooks.
         local_assignors: assignors this member runs itself when it leads (e.g. a custom one the
             coordinator does not know); otherwise the coordinator assigns for the leader.
         topic_metadata: optional callable returning current partition counts, reported before each join.
         poll_interval: seconds between polls of a pending join or sync.
-        join_timeout: give up a join after this many seconds of `monotonic` time (None: never).
         background_rejoin: let the heartbeat thread perform cooperative rebalances.
         sleep / monotonic: time functions for polling (tests pass a function advancing a ManualClock).
     """
@@ -116,44 +113,29 @@ class GroupMember:
         self,
         coordinator: Coordinator,
         group: str,
+        settings: MemberSettings,
         *,
-        topics: Collection[str] = (),
-        topic_pattern: str | None = None,
-        assignors: Sequence[str] = DEFAULT_ASSIGNORS,
         instance_id: str | None = None,
         client_id: str | None = None,
-        session_timeout: float = 45.0,
-        rebalance_timeout: float | None = None,
-        progress_timeout: float | None = None,
-        heartbeat_interval: float | None = None,
         listener: RebalanceListener | None = None,
         local_assignors: Mapping[str, Assignor] | None = None,
         topic_metadata: Callable[[], Mapping[str, int]] | None = None,
         poll_interval: float = 0.1,
-        join_timeout: float | None = None,
         background_rejoin: bool = True,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.coordinator = coordinator
         self.group = group
+        self.settings = settings
         self.instance_id = instance_id
         self.client_id = client_id
         self.listener = listener if listener is not None else RebalanceListener()
-        self.heartbeat_interval = heartbeat_interval if heartbeat_interval is not None else session_timeout / 3
+        self.heartbeat_interval = settings.effective_heartbeat_interval
         self.poll_interval = poll_interval
-        self.join_timeout = join_timeout
+        self.join_timeout = settings.join_timeout
         self.background_rejoin = background_rejoin
-        self._request = JoinRequest(
-            instance_id=instance_id,
-            client_id=client_id,
-            topics=tuple(topics),
-            topic_pattern=topic_pattern,
-            assignors=tuple(assignors),
-            session_timeout=session_timeout,
-            rebalance_timeout=rebalance_timeout,
-            progress_timeout=progress_timeout,
-        )
+        self._request = settings.join_request(instance_id=instance_id, client_id=client_id)
         self._local_assignors = dict(local_assignors or {})
         self._topic_metadata = topic_metadata
         self._sleep = sleep

@@ -258,7 +258,9 @@ class SqlGroupStore:
         removed = before.keys() - after.keys()
         if removed:
             conn.execute(DELETE_MEMBER, [{"g": name, "m": mid} for mid in removed])
-        small, full, inserts = [], [], []
+        small: list[dict[str, str]] = []
+        full: list[dict[str, str]] = []
+        inserts: list[dict[str, str]] = []
         for mid, m in changed:
             previous = before.get(mid)
             row = {"g": name, "m": mid, "d": encode_member(m)}
@@ -281,7 +283,8 @@ class SqlGroupStore:
         if not decision.heads:
             return
         at = decision.entries[0].committed_at if decision.entries else 0.0
-        fresh, moved = [], []
+        fresh: list[dict[str, object]] = []
+        moved: list[dict[str, object]] = []
         for tp, until in decision.heads.items():
             row = {"g": name, "t": tp.topic, "p": tp.partition, "n": until, "at": at}
             (moved if loaded.get(tp) is not None else fresh).append(row)

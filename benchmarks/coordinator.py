@@ -40,6 +40,7 @@ from cohort.assignment.errors import MemberIdRequiredError
 from cohort.assignment.group_state import EventKind, GroupConfig, GroupState
 from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.settings import MemberSettings
 from cohort.assignment.store import SqlGroupStore
 from cohort.common.types import OffsetRange, TopicPartition
 
@@ -130,13 +131,15 @@ def heartbeats(url: str, members: int = 100, seconds: float = 20.0, session: flo
         GroupMember(
             coordinator,
             GROUP,
-            topics=[TOPIC],
+            MemberSettings(
+                topics=(TOPIC,),
+                session_timeout=session,
+                rebalance_timeout=60,
+                heartbeat_interval=session / 3,
+                join_timeout=120,
+            ),
             client_id=f"run-{i}",
-            session_timeout=session,
-            rebalance_timeout=60,
-            heartbeat_interval=session / 3,
             poll_interval=0.2,
-            join_timeout=120,
         )
         for i in range(members)
     ]

@@ -30,7 +30,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.pipelines.spark import build_session
-from cohort.resources.kafka import release_shared_clients
 from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario
 from tests.reliability.faults import ASSIGNORS, POINTS, FaultReport, run_fault_scenario
 from tests.reliability.outcome import FaultOutcome
@@ -223,7 +222,6 @@ def main() -> int:
                     print(outcome.row(), flush=True)
         finally:
             spark.stop()
-            release_shared_clients()
     seconds = time.perf_counter() - started
     print()
     print(HEADER)

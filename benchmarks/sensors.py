@@ -26,7 +26,8 @@ from cohort.assignment.clock import ManualClock
 from cohort.assignment.messages import JoinComplete, JoinRequest
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic
-from cohort.resources.kafka import KafkaResource, release_shared_clients
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
 
 GROUPS = 10
 PARTITIONS = 1_000
@@ -57,7 +58,7 @@ def _form(coordinator, group: str, topic: str) -> None:
 def _tick(sensor, instance, resources, cursor):
     wall, cpu = time.perf_counter(), time.process_time()
     with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
-        result = sensor(context)
+        result = sensor.evaluate_tick(context)
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -75,11 +76,9 @@ def main() -> int:
         settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 30.0}
         configs = [
             CohortConfig(
-                group=f"bench-group-{g}",
-                topics=(f"bench-{g}",),
-                store_url=store,
-                worker_slots=MEMBERS,
-                group_settings=settings,
+                CohortGroupResource(
+                    group=f"bench-group-{g}", topics=[f"bench-{g}"], store_url=store, worker_slots=MEMBERS, **settings
+                )
             )
             for g in range(GROUPS)
         ]
@@ -139,7 +138,6 @@ def main() -> int:
                 walls.append(wall)
             figures["topic_steady_tick_s"] = statistics.median(walls)
         kafka.close()
-        release_shared_clients()  # before the broker stops: no reconnect noise
     print(f"{'measurement':<34} {'seconds':>8}")
     for name, value in figures.items():
         print(f"{name:<34} {value:>8.3f}")

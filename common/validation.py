@@ -22,6 +22,7 @@ import math
 import operator
 from collections.abc import Collection
 from numbers import Real
+from typing import SupportsIndex, cast
 
 __all__ = ["INT32_MAX", "INT64_MAX", "as_integer", "is_integer", "is_number", "require_collection"]
 
@@ -39,7 +40,7 @@ def is_integer(value: object) -> bool:
     if isinstance(value, int):
         return True
     try:
-        operator.index(value)  # type: ignore[call-overload]
+        operator.index(cast(SupportsIndex, value))  # the probe: TypeError means it is not int-like
     except TypeError:
         return False
     return True
@@ -52,7 +53,7 @@ def as_integer(value: object, what: str, *, maximum: int = INT64_MAX) -> int:
     """
     if not is_integer(value):
         raise ValueError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
-    number = operator.index(value)  # type: ignore[call-overload]
+    number = operator.index(cast(SupportsIndex, value))  # is_integer: it has __index__
     if number > maximum:
         raise ValueError(f"{what} is {number}, beyond the largest allowed value {maximum}")
     return number

@@ -14,7 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -27,17 +27,20 @@ from cohort.pipelines.sink import SinkError, SinkLayout
 
 __all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
 
-_COMPRESSION = {
+ArrowCodec = Literal["snappy", "gzip", "zstd", "lz4", "none"]
+"""A Parquet codec name pyarrow's writer takes (and the tasks may write)."""
+
+_COMPRESSION: dict[str, ArrowCodec] = {
     "snappy": "snappy",
     "gzip": "gzip",
     "zstd": "zstd",
     "lz4": "lz4",
-    "none": "NONE",
-    "uncompressed": "NONE",
+    "none": "none",
+    "uncompressed": "none",
 }
 
 
-def arrow_compression(codec: str) -> str | None:
+def arrow_compression(codec: str) -> ArrowCodec | None:
     """pyarrow's name for a Spark Parquet codec, None when the tasks must not write it: pyarrow has no such
     codec, or Spark's reader could not read it back (brotli needs a codec jar Spark does not ship)."""
     return _COMPRESSION.get(codec.lower())
@@ -88,7 +91,7 @@ class ArrowStagedWriter:
 class _SpanFile:
     """One span's Parquet file in one staging directory, opened on the first row."""
 
-    def __init__(self, directory: str, span: OffsetSpan, compression: str | None) -> None:
+    def __init__(self, directory: str, span: OffsetSpan, compression: ArrowCodec | None) -> None:
         resolved = arrow_filesystem(directory)
         if resolved is None:
             raise ValueError(f"pyarrow cannot write to {directory}")
@@ -103,7 +106,8 @@ class _SpanFile:
             return
         if self._writer is None:
             self._fs.create_dir(self._dir, recursive=True)
-            self._writer = pq.ParquetWriter(self._temporary, schema, filesystem=self._fs, compression=self._compression)
+            compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None
+            self._writer = pq.ParquetWriter(self._temporary, schema, filesystem=self._fs, compression=compression)
         self._writer.write_table(rows)
 
     def commit(self) -> None:

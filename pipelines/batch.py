@@ -221,7 +221,7 @@ def _stage(
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         with _timed(stages, "read_and_write"):  # one job, no record crosses into the JVM
             checked_frame(spark, spec, kafka_config, plan.spans, accumulator, writer=writer).collect()
-        stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
+        stats: Stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages, accumulator)
     with _timed(stages, "verify"):

@@ -124,7 +124,7 @@ class RecordChecker:
         )
 
 
-def _kafka_type() -> pa.DataType:
+def _kafka_type() -> pa.StructType:
     types = {f: RECORD_SCHEMA.field(f).type for f in KAFKA_FIELDS}
     types["timestamp"] = _TIMESTAMP
     return pa.struct([pa.field(f, types[f]) for f in KAFKA_FIELDS])

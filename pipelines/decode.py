@@ -23,7 +23,7 @@ import datetime
 from dataclasses import dataclass
 from functools import cache, cached_property
 from operator import attrgetter
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 import pyarrow as pa
@@ -307,7 +307,7 @@ class ValueDecoder:
             for i, problem in refused.items():
                 reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
             if not field.nullable and column.null_count:
-                for i in pc.indices_nonzero(column.is_null()).to_pylist():
+                for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()):  # indices: no nulls
                     if reasons[i] is None:
                         reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
             columns.append(column)

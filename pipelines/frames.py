@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from cohort.pipelines.arrow_sink import ArrowStagedWriter
 from cohort.pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
-from cohort.pipelines.reader import OffsetSpan, read_spans
+from cohort.pipelines.reader import OffsetSpan, SpanProcessor, read_spans
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
@@ -51,7 +51,8 @@ def checked_frame(
         for raw in batches:
             yield checker.check(raw)
 
-    process, schema = check, checker.spark_schema
+    process: SpanProcessor = check
+    schema: StructType | str = checker.spark_schema
     if writer is not None:
         staged = writer
 

@@ -73,8 +73,10 @@ class ResetPolicy:
             if value.tzinfo is None:
                 raise ValueError(f"reset timestamp {value.isoformat()} has no timezone; give an aware datetime")
             return cls("timestamp", round(value.timestamp() * 1000))
-        if value in ("earliest", "latest"):
-            return cls(value)
+        if value == "earliest":  # (two tests, not `in`: mypy narrows `==` to the literal, not `in`)
+            return cls("earliest")
+        if value == "latest":
+            return cls("latest")
         raise ValueError(f"unknown reset policy {value!r}; use 'earliest', 'latest' or a timezone-aware datetime")
 
 

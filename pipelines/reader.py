@@ -16,7 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,18 +39,18 @@ __all__ = [
 
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
-RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.int64()),  # milliseconds since the epoch, as Kafka carries it; null if absent
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", _HEADER_TYPE),
-        pa.field("error", pa.string()),  # why the record could not be read in full; null when it was
-    ]
-)
+# Annotated: the fields' types differ, and mypy would infer list[object] for the list literal.
+_RECORD_FIELDS: list[pa.Field[Any]] = [
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("timestamp", pa.int64()),  # milliseconds since the epoch, as Kafka carries it; null if absent
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("headers", _HEADER_TYPE),
+    pa.field("error", pa.string()),  # why the record could not be read in full; null when it was
+]
+RECORD_SCHEMA = pa.schema(_RECORD_FIELDS)
 """The Arrow schema of raw records, one row per Kafka message. A record with an `error` is quarantined."""
 
 UNREADABLE_HEADERS = "record headers cannot be read: a header key that is not valid UTF-8 (headers not kept)"
@@ -127,7 +127,8 @@ def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
         pa.repeat(pa.scalar(span.topic, pa.string()), n),
         pa.repeat(pa.scalar(span.partition, pa.int32()), n),
         pa.array(list(map(Message.offset, messages)), type=pa.int64()),
-        pc.if_else(pc.less(timestamps, 0), pa.scalar(None, pa.int64()), timestamps),  # -1: no timestamp
+        # -1: no timestamp. (pyarrow-stubs type compute functions' operands as Arrow scalars, not Python ones.)
+        pc.if_else(pc.less(timestamps, 0), pa.scalar(None, pa.int64()), timestamps),  # type: ignore[call-overload]
         pa.array(list(map(Message.key, messages)), type=pa.binary()),
         pa.array(list(map(Message.value, messages)), type=pa.binary()),
         header_array,
@@ -241,7 +242,8 @@ def _triage(messages: list[Any], span: OffsetSpan, next_offset: int) -> tuple[li
             else:
                 transient = error
     if good and good[-1].offset() >= span.until_offset:
-        good = good[: bisect_left(list(map(Message.offset, good)), span.until_offset)]
+        offsets = cast("list[int]", list(map(Message.offset, good)))  # a message without an error has an offset
+        good = good[: bisect_left(offsets, span.until_offset)]
         past_end = True
     return good, transient, past_end
 
@@ -250,7 +252,7 @@ ReadStats = dict[tuple[str, int], tuple[int, int, float]]
 """(topic, partition) -> (records, key + value bytes, seconds) read by the tasks of a job."""
 
 
-class _ReadStatsParam(AccumulatorParam):  # type: ignore[type-arg]
+class _ReadStatsParam(AccumulatorParam[ReadStats]):
     """Merges ReadStats dicts by summing per key."""
 
     def zero(self, value: ReadStats) -> ReadStats:
@@ -276,7 +278,8 @@ def read_stats_accumulator(spark: Any) -> Any:
 
 def _size(batch: pa.RecordBatch) -> int:
     """Key + value bytes of a batch."""
-    return sum(int(pc.sum(pc.binary_length(batch.column(name))).as_py() or 0) for name in ("key", "value"))
+    columns = (cast(pa.BinaryArray, batch.column(name)) for name in ("key", "value"))  # binary: RECORD_SCHEMA
+    return sum(int(pc.sum(pc.binary_length(column)).as_py() or 0) for column in columns)
 
 
 SpanProcessor = Callable[[OffsetSpan, Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
@@ -309,7 +312,7 @@ def read_spans(
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for index in batch.column(0).to_pylist():
+            for index in cast("list[int]", batch.column(0).to_pylist()):  # spark.range: no nulls
                 span = OffsetSpan(*table[index])
                 started, counted = time.perf_counter(), [0, 0]
 

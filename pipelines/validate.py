@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,7 +56,9 @@ def _in_range(c: pa.Array, s: Mapping[str, Any]) -> pa.Array:
 
 
 def _str_length(c: pa.Array, s: Mapping[str, Any]) -> pa.Array:
-    length = pc.utf8_length(c)
+    # A string column in use; _try_on_empty also runs it on other types, which Arrow refuses (as it should),
+    # while pyarrow-stubs accept string arrays only.
+    length = pc.utf8_length(c)  # type: ignore[call-overload]
     if s.get("exact_value") is not None:
         return pc.equal(length, s["exact_value"])
     if s.get("min_value") is None and s.get("max_value") is None:
@@ -105,7 +107,7 @@ class RowCheck:
     def description(self) -> str:
         return f"{self.column}: {self.error or self.check}"
 
-    def fails(self, table: pa.Table) -> pa.Array:
+    def fails(self, table: pa.Table) -> pa.BooleanArray:
         """A boolean array over `table`'s rows: true where the row fails this check, never null."""
         column = table.column(self.column).combine_chunks()
         if self.check == "not_nullable":
@@ -170,7 +172,8 @@ def _try_on_empty(check: RowCheck, where: str, data_type: Any) -> None:
     from cohort.pipelines.decode import arrow_type
 
     column_type = arrow_type(data_type, where=check.column)
-    sample = pa.array([""]) if pa.types.is_string(column_type) else pa.nulls(1, column_type)  # RE2 compiles on data
+    # RE2 compiles on data. (pyarrow-stubs' pa.nulls overloads name each concrete type, not DataType.)
+    sample = pa.array([""]) if pa.types.is_string(column_type) else pa.nulls(1, column_type)  # type: ignore[call-overload]
     try:
         check.fails(pa.table({check.column: sample}))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
@@ -186,6 +189,6 @@ def failure_reasons(checks: Sequence[RowCheck], table: pa.Table) -> list[str | N
     for description, failed in verdicts:
         if not failed.true_count:
             continue
-        for i in pc.indices_nonzero(failed).to_pylist():
+        for i in cast("list[int]", pc.indices_nonzero(failed).to_pylist()):  # indices: no nulls
             reasons[i] = description if reasons[i] is None else f"{reasons[i]}; {description}"
     return reasons

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cohort.assignment import get_assignor
 from cohort.assignment.clock import Clock, SystemClock
@@ -30,13 +30,13 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import DEFAULT_ASSIGNORS
+from cohort.assignment.settings import MemberSettings
 from cohort.common.names import validate_group_name, validate_topic_name
 
 __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
 
 _SYSTEM_CLOCK = SystemClock()
-_CACHE_LOCK = threading.Lock()
-_COORDINATORS: dict[tuple[str, GroupConfig, int], Coordinator] = {}
+_SETTING_NAMES = re.compile(r"\b(session_timeout|rebalance_timeout|progress_timeout|heartbeat_interval|join_timeout)\b")
 
 DEFAULT_STORE_URL = "sqlite:///.cohort/cohort.db"
 """A SQLite file under the working directory; use PostgreSQL when workers run on several hosts."""
@@ -77,6 +77,19 @@ class CohortGroupResource(dg.ConfigurableResource):
     )
     store_url: str = Field(default=DEFAULT_STORE_URL, description="SQLAlchemy URL of the coordinator's store.")
 
+    _coordinators: dict[int, Coordinator] = PrivateAttr(default_factory=dict)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_settings(cls, values: object) -> object:
+        """A misspelt setting is an error, not silently ignored."""
+        if isinstance(values, dict):
+            unknown = sorted(k for k in values if isinstance(k, str) and k not in cls.model_fields)
+            if unknown:
+                raise ValueError(f"unknown settings {unknown}; the group's settings are {sorted(cls.model_fields)}")
+        return values
+
     @field_validator("group")
     @classmethod
     def _check_group(cls, value: str) -> str:
@@ -87,16 +100,6 @@ class CohortGroupResource(dg.ConfigurableResource):
     def _check_topics(cls, value: list[str]) -> list[str]:
         return [validate_topic_name(t) for t in value]
 
-    @field_validator("topic_pattern")
-    @classmethod
-    def _check_pattern(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"topic_pattern {value!r} is not a valid regular expression: {exc}") from None
-        return value
-
     @field_validator("assignors")
     @classmethod
     def _check_assignors(cls, value: list[str]) -> list[str]:
@@ -106,9 +109,11 @@ class CohortGroupResource(dg.ConfigurableResource):
             get_assignor(name)  # UnknownAssignorError names the known ones
         return value
 
-    @field_validator("store_url")
+    @field_validator("store_url", mode="before")
     @classmethod
-    def _check_store_url(cls, value: str) -> str:
+    def _check_store_url(cls, value: object) -> object:
+        if isinstance(value, dg.EnvVar) or not isinstance(value, str):
+            return value  # an EnvVar is read when the resource is used (it may hold a password)
         try:
             sa.make_url(value)
         except sa.exc.ArgumentError:
@@ -117,18 +122,20 @@ class CohortGroupResource(dg.ConfigurableResource):
 
     @model_validator(mode="after")
     def _check_group_settings(self) -> CohortGroupResource:
-        if not self.topics and self.topic_pattern is None:
-            raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
         bounds = GroupConfig()
         if not bounds.min_session_timeout <= self.session_timeout_s <= bounds.max_session_timeout:
             raise ValueError(
                 f"session_timeout_s={self.session_timeout_s} is outside the coordinator's range "
                 f"[{bounds.min_session_timeout}, {bounds.max_session_timeout}]"
             )
-        if self.progress_timeout_s is not None and not self.progress_timeout_s > 0:  # NaN included
-            raise ValueError(f"progress_timeout_s must be > 0, got {self.progress_timeout_s}")
-        if self.heartbeat_interval_s is not None and not 0 < self.heartbeat_interval_s < self.session_timeout_s:
+        try:
+            settings = self.member_settings()  # the member's own checks: pattern, assignors, timeouts
+        except ValueError as exc:  # name this resource's fields (the settings' names end in _s here)
+            raise ValueError(_SETTING_NAMES.sub(r"\1_s", str(exc))) from None
+        if self.heartbeat_interval_s is not None and not self.heartbeat_interval_s < self.session_timeout_s:
             raise ValueError("heartbeat_interval_s must be > 0 and below session_timeout_s")
+        if not settings.subscribes:
+            raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
         return self
 
     # --------------------------------------------------------------------------------------- slots
@@ -159,24 +166,36 @@ class CohortGroupResource(dg.ConfigurableResource):
         """The coordinator-side settings for this group."""
         return GroupConfig(initial_rebalance_delay=self.initial_rebalance_delay_s)
 
-    def get_coordinator(self, clock: Clock | None = None) -> Coordinator:
-        """The coordinator client on `store_url` for `clock` (SystemClock by default).
+    def member_settings(self) -> MemberSettings:
+        """The member-side settings every worker run of this group joins with (validated on construction)."""
+        return MemberSettings(
+            topics=tuple(self.topics),
+            topic_pattern=self.topic_pattern,
+            assignors=tuple(self.assignors),
+            session_timeout=self.session_timeout_s,
+            rebalance_timeout=self.rebalance_timeout_s,
+            progress_timeout=self.progress_timeout_s,
+            heartbeat_interval=self.heartbeat_interval_s,
+            join_timeout=self.join_timeout_s,
+        )
 
-        Cached per process (store URL, group settings, clock): Dagster builds resources anew for every
-        run and sensor tick, and a store keeps its engine and its cache of group records between calls.
-        A SQLite file's parent directory is created when missing.
+    def get_coordinator(self, clock: Clock | None = None) -> Coordinator:
+        """The coordinator client on `store_url` for `clock` (the system clock by default).
+
+        Owned by this resource: created on first use (one per clock), closed by `close()`, which Dagster
+        calls through `teardown_after_execution` at the end of each run or sensor tick. A SQLite file's
+        parent directory is created when missing.
         """
         clock = clock if clock is not None else _SYSTEM_CLOCK
-        key = (self.store_url, self.group_config(), id(clock))
-        with _CACHE_LOCK:
-            cached = _COORDINATORS.get(key)
+        with self._lock:
+            cached = self._coordinators.get(id(clock))
             if cached is not None and cached.clock is clock:
                 return cached
             url = sa.make_url(self.store_url)
             if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             coordinator = Coordinator.from_url(self.store_url, clock=clock, config=self.group_config())
-            _COORDINATORS[key] = coordinator
+            self._coordinators[id(clock)] = coordinator
             return coordinator
 
     def member(
@@ -191,22 +210,21 @@ class CohortGroupResource(dg.ConfigurableResource):
         return GroupMember(
             coordinator if coordinator is not None else self.get_coordinator(),
             self.group,
-            topics=tuple(self.topics),
-            topic_pattern=self.topic_pattern,
-            assignors=tuple(self.assignors),
+            self.member_settings(),
             instance_id=self.instance_id(slot),
             client_id=run_id,
-            session_timeout=self.session_timeout_s,
-            rebalance_timeout=self.rebalance_timeout_s,
-            progress_timeout=self.progress_timeout_s,
-            heartbeat_interval=self.heartbeat_interval_s,
             topic_metadata=topic_metadata,
             poll_interval=0.2,
-            join_timeout=self.join_timeout_s,
         )
 
     def close(self) -> None:
-        """Close and forget this process's coordinators on `store_url` (tests, shutdown)."""
-        with _CACHE_LOCK:
-            for key in [k for k in _COORDINATORS if k[0] == self.store_url]:
-                _COORDINATORS.pop(key).close()
+        """Close the coordinators this resource opened (their store engines)."""
+        with self._lock:
+            coordinators = list(self._coordinators.values())
+            self._coordinators.clear()
+        for coordinator in coordinators:
+            coordinator.close()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Dagster's end of a run or sensor tick: close what this resource opened."""
+        self.close()

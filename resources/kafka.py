@@ -18,9 +18,7 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import re
-import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -35,23 +33,14 @@ from cohort.common.names import validate_group_name
 from cohort.common.types import TopicPartition
 from cohort.pipelines.kafka_client import read_partition_counts, read_watermarks
 
-__all__ = ["SECRET_KEYS", "KafkaResource", "redact", "release_shared_clients"]
+__all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
 
 SECRET_KEYS: frozenset[str] = frozenset(
     {"sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret"}
 )
 """librdkafka properties whose values are never shown."""
 
-_ADMINS: dict[str, AdminClient] = {}
-_ADMINS_LOCK = threading.Lock()
-
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-
-
-def release_shared_clients() -> None:
-    """Drop this process's shared admin clients (before the brokers they point at go away)."""
-    with _ADMINS_LOCK:
-        _ADMINS.clear()
 
 
 def redact(config: dict[str, Any]) -> dict[str, Any]:
@@ -138,16 +127,9 @@ class KafkaResource(dg.ConfigurableResource):
     # ---------------------------------------------------------------------------------------- clients
 
     def get_admin(self) -> AdminClient:
-        """The AdminClient, shared per process by every resource with the same configuration (Dagster
-        builds resources anew for each run and sensor tick; a new client would reconnect every time)."""
+        """The AdminClient of this resource (created on first use, released by `close()`)."""
         if self._admin is None:
-            config = self.client_config()
-            key = hashlib.sha256(repr(sorted(config.items())).encode()).hexdigest()
-            with _ADMINS_LOCK:
-                admin = _ADMINS.get(key)
-                if admin is None:
-                    admin = _ADMINS[key] = AdminClient(config)
-            self._admin = admin
+            self._admin = AdminClient(self.client_config())
         return self._admin
 
     def get_producer(self) -> Producer:
@@ -179,28 +161,18 @@ class KafkaResource(dg.ConfigurableResource):
         return KafkaOffsetMirror(self.client_config())
 
     def close(self) -> None:
-        """Close the consumers, flush the producer and release the shared admin client (shutdown, tests)."""
+        """Close the consumers, flush the producer and release the admin client this resource created."""
         for consumer in self._consumers.values():
             consumer.close()
         self._consumers.clear()
         if self._producer is not None:
             self._producer.flush(self.request_timeout_s)
         self._producer = None
-        if self._admin is not None:
-            with _ADMINS_LOCK:
-                for key in [k for k, admin in _ADMINS.items() if admin is self._admin]:
-                    del _ADMINS[key]
-        self._admin = None
+        self._admin = None  # confluent-kafka's AdminClient has no close(): dropping it stops its threads
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        """Release this run's consumers and producer (the shared admin client stays for the next run)."""
-        for consumer in self._consumers.values():
-            consumer.close()
-        self._consumers.clear()
-        if self._producer is not None:
-            self._producer.flush(self.request_timeout_s)
-            self._producer = None
-        self._admin = None  # the process keeps the shared client; this resource instance lets go
+        """Dagster's end of a run or sensor tick: release every client this resource created."""
+        self.close()
 
     # --------------------------------------------------------------------------------------- metadata
 

@@ -8,10 +8,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import dagster as dg
 from pydantic import Field, PrivateAttr, model_validator
+from pyspark.sql import SparkSession
+
+from cohort.pipelines.spark import build_session
 
 __all__ = ["SparkResource"]
 
@@ -31,7 +32,7 @@ class SparkResource(dg.ConfigurableResource):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration properties.")
     log_level: str = Field(default="ERROR", description="SparkContext log level for local and master sessions.")
 
-    _session: Any = PrivateAttr(default=None)
+    _session: SparkSession | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _one_target(self) -> SparkResource:
@@ -41,11 +42,9 @@ class SparkResource(dg.ConfigurableResource):
             raise ValueError(f"a Spark Connect remote looks like sc://host:15002, got {self.remote!r}")
         return self
 
-    def get_session(self) -> Any:
+    def get_session(self) -> SparkSession:
         """The SparkSession (created on first use, then cached; Spark keeps one session per process)."""
         if self._session is None:
-            from cohort.pipelines.spark import build_session
-
             session = build_session(
                 master=None if self.remote else self.master,
                 remote=self.remote,
@@ -57,6 +56,6 @@ class SparkResource(dg.ConfigurableResource):
             self._session = session
         return self._session
 
-    def started_session(self) -> Any:
+    def started_session(self) -> SparkSession | None:
         """The session if `get_session()` created it already, else None (never starts Spark)."""
         return self._session

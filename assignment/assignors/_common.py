@@ -7,10 +7,8 @@ the member simply gets nothing from that topic (its metadata may not have propag
 
 from __future__ import annotations
 
-import gc
 import operator
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping
 
 from cohort.assignment.types import Subscription
 from cohort.common.types import TopicPartition
@@ -21,7 +19,6 @@ __all__ = [
     "checked_partition_counts",
     "duplicate_owned_error",
     "effective_topics",
-    "paused_gc",
     "require_unique_owned",
 ]
 
@@ -96,21 +93,3 @@ def require_unique_owned(member_ids: list[str], subscriptions: Mapping[str, Subs
                 if (topic, partition) in seen:
                     raise duplicate_owned_error(member_id, topic, partition)
                 seen.add((topic, partition))
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while an assignment allocates its result.
-
-    A large assignment creates up to a million small tuples; each allocation burst triggers collections
-    that walk every live object, which triples the cost of building the result. The assignors create no
-    reference cycles, so nothing is lost by deferring collection until they return.
-    """
-    was_enabled = gc.isenabled()
-    if was_enabled:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

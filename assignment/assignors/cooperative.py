@@ -29,7 +29,6 @@ from collections.abc import Mapping
 import numpy as np
 
 from cohort.assignment.assignors._cluster import Cluster, build_cluster
-from cohort.assignment.assignors._common import paused_gc
 from cohort.assignment.assignors._general import general_target
 from cohort.assignment.assignors._output import assignment_from_owners
 from cohort.assignment.assignors.sticky import shared_subscription, sticky_target
@@ -103,6 +102,5 @@ class CooperativeStickyAssignor:
         subscriptions: Mapping[str, Subscription],
     ) -> Assignment:
         """Return member id -> sorted partitions, withholding partitions another member still owns."""
-        with paused_gc():
-            cluster = build_cluster(partitions_per_topic, subscriptions)
-            return assignment_from_owners(cluster, first_round(cluster))
+        cluster = build_cluster(partitions_per_topic, subscriptions)
+        return assignment_from_owners(cluster, first_round(cluster))

@@ -34,7 +34,6 @@ from collections.abc import Mapping
 import numpy as np
 
 from cohort.assignment.assignors._cluster import Cluster, build_cluster
-from cohort.assignment.assignors._common import paused_gc
 from cohort.assignment.assignors._general import general_target
 from cohort.assignment.assignors._homogeneous import homogeneous_target
 from cohort.assignment.assignors._output import assignment_from_owners
@@ -84,6 +83,5 @@ class StickyAssignor:
         subscriptions: Mapping[str, Subscription],
     ) -> Assignment:
         """Return member id -> sorted partitions (every member is a key; idle members map to [])."""
-        with paused_gc():
-            cluster = build_cluster(partitions_per_topic, subscriptions)
-            return assignment_from_owners(cluster, sticky_target(cluster))
+        cluster = build_cluster(partitions_per_topic, subscriptions)
+        return assignment_from_owners(cluster, sticky_target(cluster))

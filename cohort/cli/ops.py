@@ -40,7 +40,7 @@ class DescribeRow:
 
 def group_rows(coordinator: Coordinator) -> list[dict[str, object]]:
     """One dict per group: name, state, members, generation, assignor."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for listing in coordinator.list_groups():
         described = coordinator.describe_group(listing.name)
         rows.append(

@@ -11,18 +11,26 @@ live comes from the environment so the same definitions serve `make ui`, the dem
 Loading needs no running broker: Kafka is contacted only by runs, sensors and checks.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import pyspark.sql.types as T
 
 from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig
-from cohort.pipelines.spec import PipelineSpec
-from cohort.resources.group import DEFAULT_STORE_URL
+from cohort.pipelines.spec import PipelineSpec, Transform
+from cohort.resources.group import DEFAULT_STORE_URL, CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 __all__ = ["DEMO_GROUP", "DEMO_TOPIC", "EVENT_SCHEMA", "defs", "demo_config", "demo_definitions"]
 
@@ -39,16 +47,16 @@ EVENT_SCHEMA = T.StructType(
 """The JSON value schema of demo events; values that do not parse into it are quarantined."""
 
 
-def _stall(seconds: float):
+def _stall(seconds: float) -> Transform:
     """A transform whose tasks sleep first: the demo uses it to make one worker slot stall mid-batch."""
 
-    def batches(iterator):
+    def batches(iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time
 
         time.sleep(seconds)
         yield from iterator
 
-    def transform(frame):
+    def transform(frame: DataFrame) -> DataFrame:
         return frame.mapInArrow(batches, frame.schema)
 
     return transform
@@ -77,14 +85,10 @@ def demo_config(
         **(group_settings or {}),
     }
     return CohortConfig(
-        group=DEMO_GROUP,
-        topics=(DEMO_TOPIC,),
+        CohortGroupResource(group=DEMO_GROUP, topics=[DEMO_TOPIC], worker_slots=slots, store_url=store_url, **settings),
         pipeline=spec,
-        worker_slots=slots,
         lag_threshold=0,
         schedule="*/10 * * * *",
-        store_url=store_url,
-        group_settings=settings,
     )
 
 

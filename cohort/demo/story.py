@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 
@@ -35,6 +35,7 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.group_state import EventKind
 from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
 from cohort.devtools.topics import create_topic, produce
+from cohort.resources.kafka import KafkaResource
 
 __all__ = ["DemoSummary", "main", "run_group_demo"]
 
@@ -154,9 +155,9 @@ def _sensor_reruns(env: _Env, instance: dg.DagsterInstance, defs: dg.Definitions
     def tick() -> list[dg.RunRequest]:
         nonlocal cursor
         with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
-            result = sensor(context)
+            result = sensor.evaluate_tick(context)  # as the daemon evaluates it
         cursor = result.cursor
-        requests.extend(result.run_requests)
+        requests.extend(result.run_requests or ())
         return requests
 
     return _wait(tick, 90, "the membership sensor to notice the lost member")
@@ -166,7 +167,6 @@ def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
     """Run the story (it prints the `cohort describe` table last); returns the summary and the audit text."""
     from cohort.devtools.embedded_broker import EmbeddedBroker
     from cohort.devtools.topics import partition_counts
-    from cohort.resources.kafka import release_shared_clients
 
     root = root or Path(tempfile.mkdtemp(prefix="cohort-demo-"))
     with EmbeddedBroker() as broker:
@@ -206,13 +206,18 @@ def run_group_demo(root: Path | None = None) -> tuple[DemoSummary, str]:
             passed = {e.check_name: e.passed for e in checks.get_asset_check_evaluations()}
             _say(f"asset checks: {passed}")
             summary, report = _audit(env, defs, coordinator, instance, produced)
-            defs.resources["kafka"].close()
+            _kafka(defs).close()
         coordinator.close()
-        # Drop the process-wide admin clients before the broker stops, so none of them logs "connection
-        # refused" after the summary line.
-        release_shared_clients()
-        gc.collect()
+        gc.collect()  # the closed clients' threads end before the broker stops: no "connection refused" noise
     return summary, report
+
+
+def _kafka(defs: dg.Definitions) -> KafkaResource:
+    """The demo definitions' Kafka resource."""
+    kafka = (defs.resources or {}).get("kafka")
+    if not isinstance(kafka, KafkaResource):
+        raise TypeError(f"the demo definitions' 'kafka' resource is {kafka!r}, not a KafkaResource")
+    return kafka
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -227,19 +232,22 @@ def _audit(
     env: _Env, defs: dg.Definitions, coordinator: Coordinator, instance: dg.DagsterInstance, produced: int
 ) -> tuple[DemoSummary, str]:
     """Count the sink and quarantine, compare with the ledger, Kafka and the materializations."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     from cohort.assets.audit import gather_audits
     from cohort.cli.ops import describe_rows
     from cohort.cli.tables import print_describe
 
-    kafka = defs.resources["kafka"]
+    kafka = _kafka(defs)
 
     def coordinates(root: Path) -> list[tuple[int, int]]:
         if not root.exists():
             return []
-        column = ds.dataset(str(root), format="parquet").to_table(columns=["kafka"]).column("kafka").combine_chunks()
-        return list(zip(column.field("partition").to_pylist(), column.field("offset").to_pylist(), strict=True))
+        table = ds.dataset(str(root), format="parquet").to_table(columns=["kafka"])
+        column = cast(pa.StructArray, table.column("kafka").combine_chunks())  # the `kafka` struct column
+        partitions, offsets = column.field("partition").to_pylist(), column.field("offset").to_pylist()
+        return list(zip(cast("list[int]", partitions), cast("list[int]", offsets), strict=True))  # never null
 
     pairs = coordinates(Path(env.sink))
     bad = coordinates(Path(env.sink) / "_quarantine")

@@ -1,4 +1,4 @@
-"""`make ui`: the embedded broker, a small producer and `dagster dev -w workspace.yaml` on 127.0.0.1.
+"""`make ui`: the embedded broker, a small producer and `dagster dev` on the demo definitions on 127.0.0.1.
 
 Everything lives under `.cohort/ui/` and starts fresh (the embedded broker keeps nothing, so committed
 offsets from an earlier session would point past its end). `dagster dev` is started through
@@ -26,7 +26,6 @@ from cohort.devtools.topics import create_topic, produce
 
 __all__ = ["PRODUCER_PARTITIONS", "serve_ui", "ui_environment"]
 
-ROOT = Path(__file__).resolve().parents[1]
 PRODUCER_PARTITIONS = 6
 
 
@@ -61,15 +60,15 @@ def serve_ui(bootstrap: str, root: Path, *, port: int = 3000, startup_timeout_s:
         "--default-signal=INT",
         dagster,
         "dev",
-        "-w",
-        "workspace.yaml",
+        "-m",
+        "cohort.demo.definitions",
         "-h",
         "127.0.0.1",
         "-p",
         str(port),
     ]
     log = open(root / "dagster-dev.log", "wb")  # noqa: SIM115 - closed below, after the child
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
@@ -116,7 +115,7 @@ def main() -> int:
     """Start the broker, the producer and the UI; stop everything on Ctrl-C or SIGTERM."""
     from cohort.devtools.embedded_broker import EmbeddedBroker
 
-    root = ROOT / ".cohort" / "ui"
+    root = Path.cwd() / ".cohort" / "ui"  # `make ui` runs from the repository root
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     stop = threading.Event()

@@ -14,6 +14,7 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember, RebalanceListener
+from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
 
 GROUP = "hammer"
@@ -37,14 +38,16 @@ def _new_member(coordinator: Coordinator, index: int, assignors: Sequence[str], 
     member = GroupMember(
         coordinator,
         GROUP,
-        topics=[TOPIC],
-        assignors=assignors,
+        MemberSettings(
+            topics=(TOPIC,),
+            assignors=tuple(assignors),
+            session_timeout=3.0,
+            rebalance_timeout=6.0,
+            heartbeat_interval=0.2,
+            join_timeout=60.0,
+        ),
         client_id=f"worker-{index}",
-        session_timeout=3.0,
-        rebalance_timeout=6.0,
-        heartbeat_interval=0.2,
         poll_interval=0.02,
-        join_timeout=60.0,
         listener=recorder,
     )
     recorder.member = member

@@ -18,6 +18,7 @@ from cohort.assignment.errors import FencedInstanceIdError, UnknownMemberIdError
 from cohort.assignment.group_state import GroupConfig, GroupState
 from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
 from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.settings import MemberSettings
 from cohort.assignment.store import SqlGroupStore
 from cohort.assignment.types import EAGER, Subscription
 from cohort.common.ledger import OffsetLedger
@@ -56,12 +57,21 @@ def make(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[..., Co
 def _member(
     coordinator: Coordinator, name: str, listener: RebalanceListener | None = None, **kw: object
 ) -> GroupMember:
-    kw.setdefault("topics", ["t"])
-    kw.setdefault("session_timeout", 10.0)
-    kw.setdefault("heartbeat_interval", 0.02)
+    settings: dict[str, object] = {"topics": ("t",), "session_timeout": 10.0, "heartbeat_interval": 0.02}
+    settings["join_timeout"] = 20.0
+    for key in [k for k in kw if k in MemberSettings.__dataclass_fields__]:
+        settings[key] = kw.pop(key)
+    if "assignors" in settings:
+        settings["assignors"] = tuple(settings["assignors"])  # type: ignore[arg-type]
     kw.setdefault("poll_interval", 0.01)
-    kw.setdefault("join_timeout", 20.0)
-    return GroupMember(coordinator, "g", client_id=name, listener=listener, **kw)  # type: ignore[arg-type]
+    return GroupMember(
+        coordinator,
+        "g",
+        MemberSettings(**settings),  # type: ignore[arg-type]
+        client_id=name,
+        listener=listener,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def _wait(condition: Callable[[], bool], seconds: float = 10.0) -> None:

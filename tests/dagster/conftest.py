@@ -43,11 +43,3 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     with instance_for(Setup("", "g", (), "", "", str(home))) as opened:
         yield opened
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
-    """Drop the process-wide admin clients before the session broker stops (no reconnect noise)."""
-    yield
-    from cohort.resources.kafka import release_shared_clients
-
-    release_shared_clients()

@@ -21,6 +21,7 @@ from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
+from cohort.resources.group import CohortGroupResource
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUE_SCHEMA = T.StructType([T.StructField("id", T.LongType(), nullable=False), T.StructField("kind", T.StringType())])
@@ -79,16 +80,18 @@ def config_for(setup: Setup) -> CohortConfig:
         **setup.settings,
     }
     return CohortConfig(
-        group=setup.group,
-        topics=setup.topics,
-        topic_pattern=setup.topic_pattern,
+        CohortGroupResource(
+            group=setup.group,
+            topics=setup.topics,
+            topic_pattern=setup.topic_pattern,
+            worker_slots=setup.slots,
+            store_url=setup.store_url,
+            **settings,
+        ),
         known_topics=setup.topics,
         pipeline=spec,
-        worker_slots=setup.slots,
         lag_threshold=setup.lag_threshold,
         schedule="*/5 * * * *",
-        store_url=setup.store_url,
-        group_settings=settings,
     )
 
 

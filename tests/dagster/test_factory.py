@@ -13,6 +13,7 @@ from cohort.assignment.clock import ManualClock
 from cohort.assignment.messages import JoinRequest
 from cohort.common.types import TopicPartition
 from cohort.resources import KafkaResource
+from cohort.resources.group import CohortGroupResource
 
 TP = TopicPartition("orders", 3)
 
@@ -59,18 +60,19 @@ def test_cursors_round_trip_and_start_empty():
 
 def test_config_validates_and_translator_can_be_overridden(sqlite_url):
     with pytest.raises(ValueError, match="subscribes to nothing"):
-        CohortConfig(group="g")
-    with pytest.raises(TypeError, match="not a string"):
-        CohortConfig(group="g", topics="orders")
+        CohortConfig(CohortGroupResource(group="g"))
+    with pytest.raises(ValueError, match="valid list"):
+        CohortConfig(CohortGroupResource(group="g", topics="orders"))
     with pytest.raises(ValueError, match="illegal characters"):
-        CohortConfig(group="g", topics=("bad topic",))
+        CohortConfig(CohortGroupResource(group="g", topics=["bad topic"]))
 
     class Flat(DagsterCohortTranslator):
         def get_asset_key(self, group: str, topic: str) -> dg.AssetKey:
             return dg.AssetKey(["lake", topic.replace(".", "_")])
 
     config = CohortConfig(
-        group="g", topics=("a.b",), topic_pattern=r"c\..*", known_topics=("c.x", "d.y"), store_url=sqlite_url
+        CohortGroupResource(group="g", topics=["a.b"], topic_pattern=r"c\..*", store_url=sqlite_url),
+        known_topics=("c.x", "d.y"),
     )
     parts = cohort_assets(config, translator=Flat())
     assert [s.key for s in parts.assets] == [dg.AssetKey(["lake", "a_b"]), dg.AssetKey(["lake", "c_x"])]
@@ -80,7 +82,9 @@ def test_config_validates_and_translator_can_be_overridden(sqlite_url):
 
 
 def test_schedule_launches_one_run_per_slot(sqlite_url):
-    config = CohortConfig(group="orders-ingest", topics=("orders",), worker_slots=3, store_url=sqlite_url)
+    config = CohortConfig(
+        CohortGroupResource(group="orders-ingest", topics=["orders"], worker_slots=3, store_url=sqlite_url)
+    )
     schedule = cohort_assets(config).schedule
     assert schedule is not None and schedule.default_status is dg.DefaultScheduleStatus.STOPPED
     with dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 21, 12, 0, tzinfo=UTC)) as context:
@@ -97,12 +101,13 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
     clock = ManualClock(1000.0)
     settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 10.0}
     configs = [
-        CohortConfig(group=f"b{i}", topics=("orders",), store_url=sqlite_url, group_settings=settings) for i in range(3)
+        CohortConfig(CohortGroupResource(group=f"b{i}", topics=["orders"], store_url=sqlite_url, **settings))
+        for i in range(3)
     ]
     defs = build_cohort_definitions(configs, kafka=KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"]))
     jobs = [defs.resolve_job_def(DagsterCohortTranslator().get_job_name(c.group)) for c in configs]
     sensor = build_membership_sensor(configs, jobs, clock=clock, time_budget_s=0.0)
-    coordinator = configs[0].group_resource().get_coordinator(clock)
+    coordinator = configs[0].group_resource.get_coordinator(clock)
     for config in configs:
         coordinator.report_topic_metadata(config.group, {"orders": 2})
         request = JoinRequest(instance_id=f"{config.group}/worker-1", topics=["orders"], session_timeout=10)
@@ -112,8 +117,8 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
     seen, cursor = [], None
     with dg.instance_for_test() as instance:
         for _ in range(3):  # a zero budget handles one group per tick, in turn
-            with dg.build_sensor_context(instance=instance, cursor=cursor) as context:
-                result = sensor(context)
+            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+                result = sensor.evaluate_tick(context)  # as the daemon evaluates it
             cursor = result.cursor
             seen += [r.tags["cohort/group"] for r in result.run_requests]
     assert seen == ["b0", "b1", "b2"]
@@ -149,5 +154,7 @@ def test_workers_registering_partitions_at_the_same_moment_do_not_fail(tmp_path)
         return existing
 
     ours.get_dynamic_partitions = read_then_lose_the_race
-    _register_partitions(ours, CohortConfig(group="g", topics=("t",)), translator, [TopicPartition("t", 0)], {"t": 4})
+    _register_partitions(
+        ours, CohortConfig(CohortGroupResource(group="g", topics=["t"])), translator, [TopicPartition("t", 0)], {"t": 4}
+    )
     assert sorted(read(name)) == ["0", "1", "2", "3"]

@@ -71,7 +71,7 @@ def test_killed_slot_is_rerun_from_committed_offsets(
     sensor_defs = definitions_for(setup, clock=clock)
     sensor = sensor_defs.resolve_sensor_def("cohort_membership_sensor")
     with dg.build_sensor_context(instance=instance, resources=sensor_defs.resources) as context:
-        result = sensor(context)
+        result = sensor.evaluate_tick(context)
     assert len(result.run_requests) == 1
     request = result.run_requests[0]
     assert request.tags["cohort/slot"] == "2" and request.tags["cohort/rerun_of"] == victim_runs[0].run_id
@@ -80,7 +80,7 @@ def test_killed_slot_is_rerun_from_committed_offsets(
 
     # a second tick with the new cursor asks for nothing more
     with dg.build_sensor_context(instance=instance, resources=sensor_defs.resources, cursor=result.cursor) as context:
-        assert sensor(context).run_requests == []
+        assert sensor.evaluate_tick(context).run_requests == []
 
     # the rerun consumes exactly the orphaned ranges: from their committed offset (none) to the end
     rerun = job.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance)
@@ -121,11 +121,11 @@ def test_new_topic_matching_the_pattern_is_consumed_after_the_topic_sensor(
 
     sensor = defs.resolve_sensor_def("cohort_topic_sensor")
     with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
-        seen = sensor(context)
+        seen = sensor.evaluate_tick(context)
     second = topic_factory(3, suffix="grow-b")
     produce_records(second, json_records(9, 3))
     with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=seen.cursor) as context:
-        grown = sensor(context)
+        grown = sensor.evaluate_tick(context)
     assert [(r.partitions_def_name, list(r.partition_keys)) for r in grown.dynamic_partitions_requests] == [
         (T.get_partitions_def_name(config.group, second), ["0", "1", "2"])
     ]

@@ -17,6 +17,7 @@ from cohort.assignment.clock import ManualClock
 from cohort.assignment.group_state import GroupState
 from cohort.assignment.messages import JoinComplete, JoinRequest
 from cohort.resources import KafkaResource
+from cohort.resources.group import CohortGroupResource
 
 T = DagsterCohortTranslator()
 
@@ -39,7 +40,7 @@ def clock() -> ManualClock:
 def _config(group: str, sqlite_url: str, **kwargs) -> CohortConfig:
     settings = {"initial_rebalance_delay_s": 0.0, "session_timeout_s": 10.0, "rebalance_timeout_s": 30.0}
     kwargs.setdefault("topics", ("orders",))
-    return CohortConfig(group=group, store_url=sqlite_url, worker_slots=3, group_settings=settings, **kwargs)
+    return CohortConfig(CohortGroupResource(group=group, store_url=sqlite_url, worker_slots=3, **settings, **kwargs))
 
 
 def _run(
@@ -89,7 +90,7 @@ def _form_group(coordinator, group: str, members: dict[int, str | None], topics=
 
 def _tick(sensor, instance, resources, cursor=None):
     with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
-        return sensor(context)
+        return sensor.evaluate_tick(context)
 
 
 def _membership(configs, resources, clock):
@@ -99,7 +100,7 @@ def _membership(configs, resources, clock):
 
 def test_failed_run_is_evicted_and_its_slot_rerun_once(sqlite_url, kafka_config, clock):
     config = _config("orders-ingest", sqlite_url)
-    group = config.group_resource()
+    group = config.group_resource
     coordinator = group.get_coordinator(clock)
     coordinator.report_topic_metadata(config.group, {"orders": 6})
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
@@ -130,7 +131,7 @@ def test_failed_run_is_evicted_and_its_slot_rerun_once(sqlite_url, kafka_config,
 
 def test_expired_sessions_rerun_only_slots_whose_run_did_not_succeed(sqlite_url, kafka_config, clock):
     config = _config("clicks", sqlite_url)
-    group = config.group_resource()
+    group = config.group_resource
     coordinator = group.get_coordinator(clock)
     coordinator.report_topic_metadata(config.group, {"orders": 4})
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
@@ -159,7 +160,7 @@ def test_expired_sessions_rerun_only_slots_whose_run_did_not_succeed(sqlite_url,
 def test_clean_leave_requests_no_rerun_and_the_budget_resumes(sqlite_url, kafka_config, clock):
     configs = [_config(f"g{i}", sqlite_url) for i in range(3)]
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
-    resources = {"kafka": kafka, **{c.resource_key: c.group_resource() for c in configs}}
+    resources = {"kafka": kafka, **{c.resource_key: c.group_resource for c in configs}}
     with dg.instance_for_test() as instance:
         coordinator = resources[configs[0].resource_key].get_coordinator(clock)
         coordinator.report_topic_metadata("g0", {"orders": 2})
@@ -189,7 +190,7 @@ def test_new_topic_matching_a_pattern_adds_partitions_and_requests_runs(
     first = topic_factory(2, suffix="pat-a")
     pattern = r"t\d+-" + re.escape(request.node.name) + r"-pat-.*"
     config = _config("pattern-group", sqlite_url, topics=(), topic_pattern=pattern)
-    group = config.group_resource()
+    group = config.group_resource
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
     resources = {config.resource_key: group, "kafka": kafka}
     coordinator = group.get_coordinator(clock)
@@ -224,7 +225,7 @@ def test_new_topic_matching_a_pattern_adds_partitions_and_requests_runs(
 
 def test_partition_count_growth_adds_the_new_partitions_and_rebalances(sqlite_url, clock):
     config = _config("growing", sqlite_url, topics=("orders",))
-    group = config.group_resource()
+    group = config.group_resource
     coordinator = group.get_coordinator(clock)
     with dg.instance_for_test() as instance:
         kafka = ScriptedKafka(bootstrap_servers="scripted:9092", counts_json='{"orders": 2, "unrelated": 5}')
@@ -245,7 +246,7 @@ def test_partition_count_growth_adds_the_new_partitions_and_rebalances(sqlite_ur
 
 def test_failed_runs_that_left_or_were_never_seen_are_rerun_once(sqlite_url, kafka_config, clock):
     config = _config("leavers", sqlite_url)
-    group = config.group_resource()
+    group = config.group_resource
     coordinator = group.get_coordinator(clock)
     coordinator.report_topic_metadata(config.group, {"orders": 4})
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
@@ -276,7 +277,7 @@ def test_failed_runs_that_left_or_were_never_seen_are_rerun_once(sqlite_url, kaf
 
 def test_a_run_removed_at_its_deadline_that_fails_later_is_not_rerun_twice(sqlite_url, kafka_config, clock):
     config = _config("zombies", sqlite_url)
-    group = config.group_resource()
+    group = config.group_resource
     coordinator = group.get_coordinator(clock)
     coordinator.report_topic_metadata(config.group, {"orders": 2})
     kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])

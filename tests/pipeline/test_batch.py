@@ -8,6 +8,7 @@ import pytest
 
 from cohort.assignment.errors import UnknownMemberIdError
 from cohort.assignment.member import GroupMember
+from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
 from cohort.pipelines.plan import OffsetOutOfRangeError
@@ -142,7 +143,9 @@ def test_refused_commit_withdraws_the_published_output(
     output is not left in the sink."""
     produce_records(topic, [(0, None, order(i)) for i in range(10)])
     tp = TopicPartition(topic, 0)
-    member = GroupMember(coordinator, group, topics=[topic], session_timeout=30.0, topic_metadata=lambda: {topic: 1})
+    member = GroupMember(
+        coordinator, group, MemberSettings(topics=(topic,), session_timeout=30.0), topic_metadata=lambda: {topic: 1}
+    )
     with member:
         member.ensure_active()
         with pytest.raises(UnknownMemberIdError):

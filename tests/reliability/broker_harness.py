@@ -142,7 +142,7 @@ class FaultGroup:
         """One evaluation of the group's membership sensor."""
         sensor = defs.resolve_sensor_def("cohort_membership_sensor")
         with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
-            return sensor(context)
+            return sensor.evaluate_tick(context)
 
     def snapshot(self, coordinator: Coordinator, kafka: KafkaResource) -> GroupSnapshot:
         """The ledger, Kafka's committed offsets and the sink's range directories (with their markers)."""

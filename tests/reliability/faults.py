@@ -53,6 +53,7 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
+from cohort.resources.group import CohortGroupResource
 from tests.dagster.support import VALUE_SCHEMA, json_records, wait_for
 from tests.reliability.fault_points import ASSIGNORS, POINTS, SPARK_CONF, SPARK_MASTER, FaultPoint, FaultScenario
 from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets
@@ -85,21 +86,23 @@ def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
     The session timeout is long, so only the sensor's ManualClock expires anyone."""
     spec = PipelineSpec(sink_path=scenario.sink, value_format="json", value_schema=VALUE_SCHEMA, consume_batch_size=10)
     return CohortConfig(
-        group=scenario.group,
-        topics=(scenario.topic,),
+        CohortGroupResource(
+            group=scenario.group,
+            topics=[scenario.topic],
+            worker_slots=2,
+            store_url=scenario.store_url,
+            assignors=[scenario.assignor],
+            **{
+                "initial_rebalance_delay_s": VICTIM_DELAY_S if victim else 0.0,
+                "session_timeout_s": 30.0,
+                "heartbeat_interval_s": 0.5,
+                "rebalance_timeout_s": 120.0,
+                "progress_timeout_s": 120.0,
+                "join_timeout_s": 90.0,
+            },
+        ),
         pipeline=spec,
-        worker_slots=2,
         schedule=None,
-        store_url=scenario.store_url,
-        assignors=(scenario.assignor,),
-        group_settings={
-            "initial_rebalance_delay_s": VICTIM_DELAY_S if victim else 0.0,
-            "session_timeout_s": 30.0,
-            "heartbeat_interval_s": 0.5,
-            "rebalance_timeout_s": 120.0,
-            "progress_timeout_s": 120.0,
-            "join_timeout_s": 90.0,
-        },
     )
 
 
@@ -231,7 +234,7 @@ class _Survivor(threading.Thread):
 
 
 def _members_by_slot(coordinator: Coordinator, config: CohortConfig) -> dict[int, Any]:
-    group = config.group_resource()
+    group = config.group_resource
     return {
         slot: m
         for m in coordinator.describe_group(config.group).members
@@ -288,7 +291,7 @@ class _ScenarioRun:
             if not self.survivor.is_alive():
                 raise AssertionError(f"the survivor run ended before joining: {self.survivor.error!r}")
             group = self.coordinator.describe_group(self.scenario.group)
-            slots = {self.config.group_resource().slot_of(m.instance_id) for m in group.members}
+            slots = {self.config.group_resource.slot_of(m.instance_id) for m in group.members}
             return group if self.scenario.survivor_slot in slots else None
 
         group = wait_for(survivor_joined, timeout_s=60, what="the survivor to join", interval_s=0.05)
@@ -357,12 +360,12 @@ class _ScenarioRun:
         defs, _ = scenario_definitions(self.scenario, victim=False, clock=clock)
         sensor = defs.resolve_sensor_def("cohort_membership_sensor")
         with dg.build_sensor_context(instance=self.instance, resources=defs.resources) as context:
-            first = sensor(context)
+            first = sensor.evaluate_tick(context)
         run = self.instance.get_run_by_id(self.victim_run_id)
         assert run is not None, f"the victim's run {self.victim_run_id} is not in the instance"
         self.instance.report_run_failed(run, "run worker process died (SIGKILL); marked as run monitoring would")
         with dg.build_sensor_context(instance=self.instance, resources=defs.resources, cursor=first.cursor) as context:
-            second = sensor(context)
+            second = sensor.evaluate_tick(context)
         self._mark("sensor_s")
         return [*(first.run_requests or []), *(second.run_requests or [])]
 
@@ -405,7 +408,7 @@ class _ScenarioRun:
         self.instance.dispose()
         self.coordinator.close()
         self.kafka.close()
-        self.config.group_resource().close()
+        self.config.group_resource.close()
 
 
 def run_fault_scenario(

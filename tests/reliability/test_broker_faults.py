@@ -8,9 +8,6 @@ stands in for a stop and restart), real Spark, real SQLite store, real Dagster i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from tests.reliability.broker_scenarios import (
@@ -19,15 +16,6 @@ from tests.reliability.broker_scenarios import (
     broker_down_scenario,
     wrong_bootstrap_scenario,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
-    """Drop the process-wide admin clients the Dagster runs made before the session broker stops."""
-    yield
-    from cohort.resources.kafka import release_shared_clients
-
-    release_shared_clients()
 
 
 def _assert_failed_cleanly_then_recovered(seen: BrokerFaultObservation) -> None:

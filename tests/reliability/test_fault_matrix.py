@@ -18,7 +18,6 @@ the way Dagster's run monitoring does for a dead run worker (`instance.report_ru
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +34,11 @@ from cohort.pipelines.batch import run_batch
 from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource
-from cohort.resources.kafka import release_shared_clients
 from tests.dagster.support import VALUE_SCHEMA, Setup, config_for, definitions_for, instance_for, json_records
 from tests.reliability.faults import ASSIGNORS, PARTITIONS, POINTS, RECORDS, FaultReport, run_fault_scenario
 
 T = DagsterCohortTranslator()
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
-    """Drop the process-wide admin clients before the session broker stops (no reconnect noise)."""
-    yield
-    release_shared_clients()
 
 
 MATRIX = [pytest.param(p.key, ASSIGNORS[i % 2], id=f"{p.key}-{ASSIGNORS[i % 2]}") for i, p in enumerate(POINTS)]

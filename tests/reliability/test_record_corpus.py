@@ -179,9 +179,12 @@ def test_bad_topic_and_group_names_are_refused_before_any_file_exists(
     store = tmp_path / "work" / "store" / "cohort.db"
     before = _tree(tmp_path)
     refusals: list[tuple[str, Any]] = [
-        ("CohortConfig group", lambda: CohortConfig(group=name, topics=("t",))),
-        ("CohortConfig topic", lambda: CohortConfig(group="g", topics=("t", name))),
-        ("CohortConfig known topic", lambda: CohortConfig(group="g", topic_pattern=".*", known_topics=(name,))),
+        ("CohortConfig group", lambda: CohortConfig(CohortGroupResource(group=name, topics=["t"]))),
+        ("CohortConfig topic", lambda: CohortConfig(CohortGroupResource(group="g", topics=["t", name]))),
+        (
+            "CohortConfig known topic",
+            lambda: CohortConfig(CohortGroupResource(group="g", topic_pattern=".*"), known_topics=(name,)),
+        ),
         ("group resource group", lambda: CohortGroupResource(group=name, topics=["t"], store_url=f"sqlite:///{store}")),
         ("group resource topic", lambda: CohortGroupResource(group="g", topics=[name], store_url=f"sqlite:///{store}")),
         ("sink partition dir", lambda: SinkLayout(str(lake)).partition_dir(name, 0)),
@@ -228,7 +231,11 @@ BAD_SETTINGS: list[tuple[str, Any, str]] = [
         "unknown assignor 'nope'",
     ),
     ("no assignor", lambda: CohortGroupResource(group="g", topics=["t"], assignors=[]), "assignors needs at least one"),
-    ("config assignor", lambda: CohortConfig(group="g", topics=("t",), assignors=("range", "nope")), "assignors"),
+    (
+        "config assignor",
+        lambda: CohortConfig(CohortGroupResource(group="g", topics=["t"], assignors=["range", "nope"])),
+        "assignors",
+    ),
     (
         "session too short",
         lambda: CohortGroupResource(group="g", topics=["t"], session_timeout_s=0.5),
@@ -251,16 +258,20 @@ BAD_SETTINGS: list[tuple[str, Any, str]] = [
     ),
     (
         "config session",
-        lambda: CohortConfig(group="g", topics=("t",), group_settings={"session_timeout_s": 3600}),
+        lambda: CohortConfig(CohortGroupResource(group="g", topics=["t"], session_timeout_s=3600)),
         "session_timeout_s=3600",
     ),
     (
         "config setting typo",
-        lambda: CohortConfig(group="g", topics=("t",), group_settings={"sesion_timeout_s": 10}),
-        "unknown group_settings ['sesion_timeout_s']",
+        lambda: CohortConfig(CohortGroupResource(group="g", topics=["t"], sesion_timeout_s=10)),
+        "sesion_timeout_s",
     ),
     ("slots zero", lambda: CohortGroupResource(group="g", topics=["t"], worker_slots=0), "worker_slots"),
-    ("config slots negative", lambda: CohortConfig(group="g", topics=("t",), worker_slots=-2), "worker_slots"),
+    (
+        "config slots negative",
+        lambda: CohortConfig(CohortGroupResource(group="g", topics=["t"], worker_slots=-2)),
+        "worker_slots",
+    ),
     (
         "rebalance negative",
         lambda: CohortGroupResource(group="g", topics=["t"], rebalance_timeout_s=-1),
@@ -289,7 +300,7 @@ BAD_SETTINGS: list[tuple[str, Any, str]] = [
     ),
     (
         "lag threshold negative",
-        lambda: CohortConfig(group="g", topics=("t",), lag_threshold=-1),
+        lambda: CohortConfig(CohortGroupResource(group="g", topics=["t"]), lag_threshold=-1),
         "lag_threshold must be >= 0",
     ),
     (

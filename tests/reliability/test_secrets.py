@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import secrets
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
+from cohort.resources.group import CohortGroupResource
 
 SECRET_ENV = "COHORT_TEST_SASL_PASSWORD"
 TRANSLATOR = DagsterCohortTranslator()
@@ -127,14 +128,6 @@ def _probe_job(kafka: KafkaResource, secret: str, markers: dict[str, str]) -> dg
     return probe
 
 
-@pytest.fixture(autouse=True)
-def _release_shared_kafka_clients() -> Iterator[None]:
-    """The SASL resource's process-wide admin client keeps retrying its broker: drop it after the test."""
-    yield
-    from cohort.resources.kafka import release_shared_clients
-
-    release_shared_clients()
-
 
 def _step_errors(result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(e.step_failure_data.error.to_string() for e in result.all_events if e.is_step_failure)
@@ -163,14 +156,16 @@ def test_sasl_password_from_env_var_appears_nowhere(
     sasl = KafkaResource(security_protocol="SASL_PLAINTEXT", **credentials)
     plain = KafkaResource(security_protocol="PLAINTEXT", **credentials)
     config = CohortConfig(
-        group=f"secrets-{secrets.token_hex(4)}",
-        topics=(topic,),
+        CohortGroupResource(
+            group=f"secrets-{secrets.token_hex(4)}",
+            topics=[topic],
+            worker_slots=1,
+            store_url=f"sqlite:///{tmp_path / 'cohort.db'}",
+            **{"initial_rebalance_delay_s": 0.0},
+        ),
         known_topics=(topic,),
         pipeline=PipelineSpec(sink_path=str(tmp_path / "lake"), value_schema=SCHEMA),
-        worker_slots=1,
         schedule=None,
-        store_url=f"sqlite:///{tmp_path / 'cohort.db'}",
-        group_settings={"initial_rebalance_delay_s": 0.0},
     )
     spark = SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
     failing = build_cohort_definitions([config], kafka=sasl, spark=spark)
@@ -195,7 +190,7 @@ def test_sasl_password_from_env_var_appears_nowhere(
             dg.build_sensor_context(instance=instance, resources=failing.resources) as context,
             pytest.raises(Exception, match="could not read topic metadata") as tick,
         ):
-            sensor(context)
+            sensor.evaluate_tick(context)
         raised.append(tick.value)
 
         # the same credentials over PLAINTEXT: a whole batch with the password in every client's config

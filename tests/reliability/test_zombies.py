@@ -7,7 +7,6 @@ real-time waits observe real processes (bounded `wait_for`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,12 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import FencedInstanceIdError
 from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
+from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from tests.dagster.support import VALUE_SCHEMA, json_records
 from tests.reliability.zombie_scenarios import zombie_scenario
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _release_shared_kafka_clients(broker: Any) -> Iterator[None]:
-    """Drop the process-wide admin clients the Dagster runs made before the session broker stops."""
-    yield
-    from cohort.resources.kafka import release_shared_clients
-
-    release_shared_clients()
 
 
 def _offsets(spark: Any, path: Path) -> list[tuple[int, int]]:
@@ -56,7 +47,7 @@ def test_a_stale_batch_never_replaces_output_committed_after_it_was_planned(
 
     def slot_member() -> GroupMember:
         return GroupMember(
-            coordinator, group, topics=[topic], instance_id=instance_id, session_timeout=30.0,
+            coordinator, group, MemberSettings(topics=(topic,), session_timeout=30.0), instance_id=instance_id,
             topic_metadata=lambda: {topic: 1},
         )  # fmt: skip
 

@@ -1,0 +1,192 @@
+"""The membership sensor's decisions as plain values: whom to evict, whether the clock made anything due, and
+which worker slots to rerun after a loss.
+
+A tick reads (the group record, the Dagster runs of its members, the group's new events), decides here, and
+applies (evictions and expiry through the coordinator, run requests through Dagster). The decisions import
+neither Dagster nor the store, so every rule below is tested with values.
+
+Reruns: a member removed while its run had not finished (session or progress deadline) is rerun keyed by the
+member; a run that failed or was canceled (its member evicted here, or it left on its own, or it came and went
+between two ticks, or it failed before the group existed) is rerun keyed by the run, so every path asks for
+the same rerun once. A failed or canceled run that was itself a rerun is not rerun again: it needs a person.
+
+Example:
+    >>> seen = GroupCursor(members={"m-1": (2, "run-a")})
+    >>> runs = {"run-a": RunView("run-a", RunState.FAILURE, slot=2)}
+    >>> decide_evictions({"m-1": (2, "run-a")}, runs, clock_due=False)
+    Evictions(evict=(Eviction(member_id='m-1', reason='run run-a failure'),), expire=False)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from cohort.assets.cursors import GroupCursor
+from cohort.assignment.group_state import EventKind, GroupEvent
+
+__all__ = [
+    "CLEAN_LEAVE",
+    "REMEMBERED_RERUNS",
+    "Eviction",
+    "Evictions",
+    "MemberRuns",
+    "Note",
+    "Rerun",
+    "Reruns",
+    "RunState",
+    "RunView",
+    "decide_evictions",
+    "decide_reruns",
+]
+
+CLEAN_LEAVE = "left:"
+"""Prefix of the removal reason of a member that left on its own (nothing orphaned)."""
+REMEMBERED_RERUNS = 200
+"""How many rerun run ids a group's cursor keeps (a run rerun at its deadline is not rerun again)."""
+
+MemberRuns = Mapping[str, tuple[int | None, str | None]]
+"""member id -> (worker slot or None, Dagster run id or None)."""
+
+
+class RunState(enum.Enum):
+    """What the sensor needs to know of a Dagster run's status."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELED = "canceled"
+    OTHER = "other"  # queued, starting, started, canceling, ...
+
+    @property
+    def dead(self) -> bool:
+        """The run ended without finishing its work."""
+        return self in (RunState.FAILURE, RunState.CANCELED)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One Dagster run as the decision sees it.
+
+    `slot` is the worker slot the run was launched for when it is a worker run of this group (None
+    otherwise); `rerun_of` is the lost run it was requested to redo, if any.
+    """
+
+    run_id: str
+    state: RunState
+    slot: int | None = None
+    rerun_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """Remove `member_id` from the group: its run is dead."""
+
+    member_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Evictions:
+    """The first step of a tick: members to evict, and whether to apply what the clock made due.
+
+    Applying an eviction also applies the clock (the coordinator advances the group first), so `expire`
+    is only acted on when no eviction went through.
+    """
+
+    evict: tuple[Eviction, ...]
+    expire: bool
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A run request for worker slot `slot`: `key` makes the run key unique for this loss."""
+
+    slot: int
+    generation: int
+    key: str
+    reason: str
+    of: str  # the lost run's id, "" when unknown
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line for the sensor's log."""
+
+    level: str  # "info" or "warning"
+    text: str
+
+
+@dataclass(frozen=True)
+class Reruns:
+    """The second step of a tick: the runs to request, the group's next cursor, what to log."""
+
+    reruns: tuple[Rerun, ...]
+    cursor: GroupCursor
+    notes: tuple[Note, ...] = ()
+
+
+def decide_evictions(live: MemberRuns, runs: Mapping[str, RunView], *, clock_due: bool) -> Evictions:
+    """Evict each live member whose Dagster run is dead; otherwise apply the clock if it made anything due."""
+    evict = []
+    for member_id, (_slot, run_id) in live.items():
+        run = runs.get(run_id) if run_id else None
+        if run is not None and run.state.dead:
+            evict.append(Eviction(member_id, f"run {run_id} {run.state.value}"))
+    return Evictions(tuple(evict), expire=clock_due)
+
+
+def decide_reruns(
+    seen: GroupCursor,
+    live: MemberRuns,
+    runs: Mapping[str, RunView],
+    events: Sequence[tuple[int, GroupEvent]],
+    *,
+    generation: int,
+    scanned_until: float,
+) -> Reruns:
+    """Which worker slots lost work since `seen`, given the members alive now, their runs and the new events.
+
+    `generation` is the group's generation before the events; `scanned_until` is the wall-clock time up to
+    which failed and canceled runs were looked at (the next cursor starts there).
+    """
+    known = {**seen.members, **live}
+    requests: dict[str, Rerun] = {}
+    notes: list[Note] = []
+    rerun_runs = list(seen.rerun_runs)
+    removed: set[str] = set()
+    last_event = seen.last_event
+    for event_id, event in events:
+        last_event = max(last_event, event_id)
+        generation = max(generation, event.generation)
+        if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
+            continue
+        removed.add(event.member_id)
+        slot, run_id = known.get(event.member_id, (None, None))
+        run = runs.get(run_id) if run_id else None
+        if slot is None or (run is not None and run.state.dead):
+            continue  # dead runs are rerun below, keyed by the run
+        if event.reason.startswith(CLEAN_LEAVE) or (run is not None and run.state is RunState.SUCCESS):
+            continue  # a clean leave, or a finished static member whose session ran out: nothing orphaned
+        notes.append(Note("info", f"slot {slot} lost member {event.member_id} ({event.reason})"))
+        rerun = Rerun(slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
+        requests[_run_key(rerun)] = rerun
+        if run_id:
+            rerun_runs.append(run_id)
+    slot_by_run = {rid: slot for slot, rid in known.values() if rid and slot is not None}
+    for run in runs.values():
+        slot = slot_by_run.get(run.run_id) or run.slot
+        if not run.state.dead or slot is None or run.run_id in rerun_runs:
+            continue  # alive or finished, not a worker run, or already rerun when its member was removed
+        if run.rerun_of:
+            notes.append(Note("warning", f"rerun {run.run_id} of slot {slot} {run.state.value}"))
+            continue
+        rerun = Rerun(slot, generation, f"rerun-{run.run_id[:8]}", f"run {run.run_id} {run.state.value}", run.run_id)
+        requests[_run_key(rerun)] = rerun
+    members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
+    cursor = GroupCursor(last_event, members, scanned_until, tuple(rerun_runs[-REMEMBERED_RERUNS:]))
+    return Reruns(tuple(requests.values()), cursor, tuple(notes))
+
+
+def _run_key(rerun: Rerun) -> str:
+    return f"slot-{rerun.slot}:gen-{rerun.generation}:{rerun.key}"
