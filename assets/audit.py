@@ -21,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 
+from cohort.assets.translator import consumed_offsets
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 
@@ -100,10 +101,9 @@ def materialized_ranges(
         materialization = record.asset_materialization
         if materialization is None:
             continue
-        metadata = materialization.metadata
-        start, until = metadata.get("cohort/from_offset"), metadata.get("cohort/until_offset")
-        if start is not None and until is not None:
-            ranges.add((int(start.value), int(until.value)))
+        offsets = consumed_offsets(materialization.metadata)
+        if offsets is not None:
+            ranges.add(offsets)
     return ranges
 
 

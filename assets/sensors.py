@@ -37,7 +37,6 @@ from cohort.resources.kafka import KafkaResource
 __all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 
 
-
 def due(record: GroupRecord, now: float) -> bool:
     """Whether the clock has made anything due in `record` (an expiry, a join phase, a pending id)."""
     deadlines = [record.rebalance_deadline, record.initial_delay_until, *record.pending.values()]
@@ -55,10 +54,11 @@ _DAGSTER_STATES = {
 
 def _slot_of_run(run: dg.DagsterRun) -> int | None:
     """The worker slot a run of a worker job was launched for (its op config), None if unknown."""
-    ops = (run.run_config or {}).get("ops", {})
-    for op in ops.values():
-        slot = (op or {}).get("config", {}).get("slot")
-        if isinstance(slot, int):
+    ops = (run.run_config or {}).get("ops")
+    for op in ops.values() if isinstance(ops, dict) else ():
+        config = op.get("config") if isinstance(op, dict) else None
+        slot = config.get("slot") if isinstance(config, dict) else None
+        if isinstance(slot, int) and not isinstance(slot, bool):
             return slot
     return None
 

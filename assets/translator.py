@@ -17,8 +17,9 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -26,7 +27,16 @@ from cohort.common.names import validate_topic_name
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 
-__all__ = ["CHECK_CONTIGUOUS", "CHECK_LAG", "METADATA_PREFIX", "CohortConfig", "DagsterCohortTranslator", "safe_name"]
+__all__ = [
+    "CHECK_CONTIGUOUS",
+    "CHECK_LAG",
+    "METADATA_PREFIX",
+    "CohortConfig",
+    "DagsterCohortTranslator",
+    "RangeMetadata",
+    "consumed_offsets",
+    "safe_name",
+]
 
 METADATA_PREFIX = "cohort/"
 CHECK_CONTIGUOUS = "offsets_contiguous"
@@ -36,6 +46,54 @@ CHECK_LAG = "lag_under_threshold"
 def safe_name(text: str) -> str:
     """`text` with every character Dagster does not allow in names replaced by '_'."""
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+@dataclass(frozen=True)
+class RangeMetadata:
+    """What the materialization of one consumed range of one topic partition records (docs/metadata.md).
+
+    `lag_after` and `start` are known to the run that consumed the range; `reported_by` is set when a later
+    run reported the range from the ledger because the consuming run ended before it could; `gap` describes
+    offsets skipped before the range (deleted by retention).
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    records: int
+    quarantined: int
+    group: str
+    generation: int
+    member: str
+    instance_id: str
+    run_id: str
+    lag_after: int | None = None
+    start: str | None = None
+    gap: str | None = None
+    reported_by: str | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The `cohort/`-prefixed metadata: numbers as int metadata values, text as text, unset keys left out."""
+        metadata: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if value is None:
+                continue
+            key = f"{METADATA_PREFIX}{name}"
+            metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else value
+        return metadata
+
+
+def consumed_offsets(metadata: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The [from, until) offsets a materialization's metadata records, None when it records none."""
+    values = []
+    for name in ("from_offset", "until_offset"):
+        entry = metadata.get(f"{METADATA_PREFIX}{name}")
+        value = getattr(entry, "value", entry)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        values.append(value)
+    return values[0], values[1]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,14 @@ import dagster as dg
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator, safe_name
+from cohort.assets.translator import (
+    METADATA_PREFIX,
+    CohortConfig,
+    DagsterCohortTranslator,
+    RangeMetadata,
+    consumed_offsets,
+    safe_name,
+)
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import (
     FencedInstanceIdError,
@@ -69,6 +76,7 @@ RERUN_TAG = "cohort/rerun_of"
 _REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)
 """Refusals after which the member rejoins and runs again. UNKNOWN_MEMBER_ID is not one: the member was
 removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
+
 
 class BatchRunner(Protocol):
     """What the worker calls to run one batch: `cohort.pipelines.batch.run_batch`'s signature (tests and fault
@@ -259,9 +267,7 @@ def run_worker(
             generation=member.generation,
             assignment=tuple(assignment),
             result=result,
-            lag_after={
-                tp: max(0, end - result.partition(tp.topic, tp.partition).until_offset) for tp, end in lag_after.items()
-            },
+            lag_after=_lag_after(result, lag_after),
             attempts=attempts,
         )
     except FencedInstanceIdError:
@@ -275,6 +281,13 @@ def run_worker(
     return outcome
 
 
+def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Records left behind per consumed partition once the batch committed (0 when caught up)."""
+    if result is None:
+        return {}
+    return {tp: max(0, end - result.partition(tp.topic, tp.partition).until_offset) for tp, end in ends.items()}
+
+
 def materializations(
     outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str
 ) -> Iterator[dg.AssetMaterialization]:
@@ -283,29 +296,29 @@ def materializations(
         return
     for part in outcome.result.partitions:
         tp = part.topic_partition
-        p = METADATA_PREFIX
-        metadata: dict[str, Any] = {
-            f"{p}topic": part.topic,
-            f"{p}partition": dg.MetadataValue.int(part.partition),
-            f"{p}from_offset": dg.MetadataValue.int(part.from_offset),
-            f"{p}until_offset": dg.MetadataValue.int(part.until_offset),
-            f"{p}records": dg.MetadataValue.int(part.records),
-            f"{p}quarantined": dg.MetadataValue.int(part.quarantined),
-            f"{p}lag_after": dg.MetadataValue.int(outcome.lag_after.get(tp, 0)),
-            f"{p}group": outcome.group,
-            f"{p}generation": dg.MetadataValue.int(outcome.generation),
-            f"{p}member": outcome.member_id,
-            f"{p}instance_id": outcome.instance_id,
-            f"{p}run_id": run_id,
-            f"{p}start": part.start,
-        }
-        if part.gap is not None:
-            metadata[f"{p}gap"] = f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}"
+        metadata = RangeMetadata(
+            topic=part.topic,
+            partition=part.partition,
+            from_offset=part.from_offset,
+            until_offset=part.until_offset,
+            records=part.records,
+            quarantined=part.quarantined,
+            group=outcome.group,
+            generation=outcome.generation,
+            member=outcome.member_id,
+            instance_id=outcome.instance_id,
+            run_id=run_id,
+            lag_after=outcome.lag_after.get(tp, 0),
+            start=part.start,
+            gap=None
+            if part.gap is None
+            else f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}",
+        )
         yield dg.AssetMaterialization(
             asset_key=translator.get_asset_key(outcome.group, part.topic),
             partition=str(part.partition),
             description=f"{tp} [{part.from_offset}, {part.until_offset}) by {outcome.instance_id}",
-            metadata=metadata,
+            metadata=metadata.to_metadata(),
         )
 
 
@@ -323,14 +336,12 @@ def ledger_materializations(
     with no entry in the audit trail; its rerun (tagged `RERUN_TAG`) reports them from the ledger, which
     records the run id, with the committing run's generation, member and counts.
     """
-    p = METADATA_PREFIX
     reported = set()
     for record in instance.get_records_for_run(lost_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
         event = record.event_log_entry.asset_materialization
-        start = event.metadata.get(f"{p}from_offset") if event is not None else None
-        until = event.metadata.get(f"{p}until_offset") if event is not None else None
-        if event is not None and start is not None and until is not None:
-            reported.add((event.asset_key, event.partition, int(start.value), int(until.value)))
+        offsets = consumed_offsets(event.metadata) if event is not None else None
+        if event is not None and offsets is not None:
+            reported.add((event.asset_key, event.partition, *offsets))
     for entry in coordinator.run_ledger_history(group, lost_run_id):
         key = translator.get_asset_key(group, entry.topic)
         if entry.gap_reason is not None or entry.until_offset <= entry.from_offset:
@@ -344,20 +355,20 @@ def ledger_materializations(
                 f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
                 f"{lost_run_id}, which ended before reporting it (reported from the ledger by run {run_id})"
             ),
-            metadata={
-                f"{p}topic": entry.topic,
-                f"{p}partition": dg.MetadataValue.int(entry.partition),
-                f"{p}from_offset": dg.MetadataValue.int(entry.from_offset),
-                f"{p}until_offset": dg.MetadataValue.int(entry.until_offset),
-                f"{p}records": dg.MetadataValue.int(entry.records),
-                f"{p}quarantined": dg.MetadataValue.int(entry.quarantined),
-                f"{p}group": group,
-                f"{p}generation": dg.MetadataValue.int(entry.generation),
-                f"{p}member": entry.member_id or "",
-                f"{p}instance_id": entry.instance_id or "",
-                f"{p}run_id": lost_run_id,
-                f"{p}reported_by": run_id,
-            },
+            metadata=RangeMetadata(
+                topic=entry.topic,
+                partition=entry.partition,
+                from_offset=entry.from_offset,
+                until_offset=entry.until_offset,
+                records=entry.records,
+                quarantined=entry.quarantined,
+                group=group,
+                generation=entry.generation,
+                member=entry.member_id or "",
+                instance_id=entry.instance_id or "",
+                run_id=lost_run_id,
+                reported_by=run_id,
+            ).to_metadata(),
         )
 
 

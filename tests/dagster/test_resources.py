@@ -114,3 +114,79 @@ def test_spark_resource_rejects_master_and_remote():
     with pytest.raises(Exception, match="sc://"):
         SparkResource(master=None, remote="http://h")
     assert SparkResource().master == "local[2]"
+
+
+def test_each_resource_owns_its_clients_and_closes_them_at_teardown(sqlite_url, kafka_config, tmp_path):
+    """No process-wide cache: two resources on one store have their own coordinators, and the end of a run
+    (Dagster's teardown) closes what the run's resources opened."""
+    first = CohortGroupResource(group="owned", topics=["t"], store_url=sqlite_url)
+    second = CohortGroupResource(group="owned", topics=["t"], store_url=sqlite_url)
+    clock = ManualClock(0.0)
+    assert first.get_coordinator(clock) is first.get_coordinator(clock)
+    assert first.get_coordinator(clock) is not second.get_coordinator(clock)
+    first.close()
+    second.close()
+
+    opened: dict[str, object] = {}
+
+    @dg.op
+    def use(context: dg.OpExecutionContext, group: CohortGroupResource, kafka: KafkaResource) -> None:
+        opened["coordinator"] = group.get_coordinator()
+        opened["admin"] = kafka.get_admin()
+        opened["kafka"] = kafka
+        opened["group"] = group
+        assert kafka.partition_counts(["no-such-topic"]) == {}
+
+    @dg.job(
+        resource_defs={
+            "group": CohortGroupResource(group="owned", topics=["t"], store_url=f"sqlite:///{tmp_path / 'c.db'}"),
+            "kafka": KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"]),
+        }
+    )
+    def job() -> None:
+        use()
+
+    assert job.execute_in_process().success
+    kafka, group = opened["kafka"], opened["group"]
+    assert isinstance(kafka, KafkaResource) and isinstance(group, CohortGroupResource)
+    assert kafka._admin is None and not kafka._consumers  # released at teardown
+    assert group._coordinators == {}  # closed at teardown
+    assert group.get_coordinator() is not opened["coordinator"]  # a later use opens a new one
+    group.close()
+
+
+def test_group_resource_refuses_misspelt_settings_and_takes_the_store_url_from_the_environment(monkeypatch):
+    with pytest.raises(ValueError, match=r"unknown settings \['sesion_timeout_s'\]"):
+        CohortGroupResource(group="g", topics=["t"], sesion_timeout_s=10)
+    monkeypatch.setenv("COHORT_TEST_STORE_URL", "sqlite:///:memory:")
+
+    @dg.op
+    def url(group: CohortGroupResource) -> str:
+        return group.store_url
+
+    @dg.job(
+        resource_defs={
+            "group": CohortGroupResource(group="g", topics=["t"], store_url=dg.EnvVar("COHORT_TEST_STORE_URL"))
+        }
+    )
+    def job() -> None:
+        url()
+
+    assert job.execute_in_process().output_for_node("url") == "sqlite:///:memory:"
+
+
+def test_member_settings_are_the_resources_settings(sqlite_url):
+    group = CohortGroupResource(
+        group="g",
+        topics=["a", "b"],
+        assignors=["range"],
+        session_timeout_s=12.0,
+        heartbeat_interval_s=2.0,
+        store_url=sqlite_url,
+    )
+    settings = group.member_settings()
+    assert settings.topics == ("a", "b") and settings.assignors == ("range",)
+    assert settings.session_timeout == 12.0 and settings.effective_heartbeat_interval == 2.0
+    member = group.member(1, run_id="run-1", coordinator=group.get_coordinator(ManualClock(0.0)))
+    assert member.settings == settings and member.instance_id == "g/worker-1"
+    group.close()

@@ -303,3 +303,30 @@ def test_a_run_removed_at_its_deadline_that_fails_later_is_not_rerun_twice(sqlit
         assert instance.get_run_by_id(stalled.run_id).status is dg.DagsterRunStatus.FAILURE
         third = _tick(sensor, instance, resources, cursor=second.cursor)
         assert third.run_requests == []
+
+
+def test_the_membership_sensor_uses_the_group_resource_the_definitions_carry(sqlite_url, tmp_path, kafka_config, clock):
+    """Swap the group resource (another store): the sensor follows it, as the workers do; nothing private."""
+    config = _config("swapped", sqlite_url)
+    elsewhere = CohortGroupResource(
+        group="swapped",
+        topics=["orders"],
+        worker_slots=3,
+        store_url=f"sqlite:///{tmp_path / 'elsewhere.db'}",
+        initial_rebalance_delay_s=0.0,
+        session_timeout_s=10.0,
+        rebalance_timeout_s=30.0,
+    )
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    coordinator = elsewhere.get_coordinator(clock)
+    coordinator.report_topic_metadata("swapped", {"orders": 3})
+    with dg.instance_for_test() as instance:
+        failed = _run(instance, fail=True)
+        _form_group(coordinator, "swapped", {1: failed})
+        sensor = _membership([config], {"kafka": kafka}, clock)
+        on_default = _tick(sensor, instance, {"kafka": kafka, config.resource_key: config.group_resource})
+        on_swapped = _tick(sensor, instance, {"kafka": kafka, config.resource_key: elsewhere})
+    assert on_default.run_requests == []  # the configured store knows no member
+    assert [r.tags["cohort/slot"] for r in on_swapped.run_requests] == ["1"]
+    assert coordinator.describe_group("swapped").members == ()  # evicted in the swapped store
+    elsewhere.close()

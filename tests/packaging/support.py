@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,8 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEV_PYTHON = sys.executable
 """The development environment's interpreter (the one running the tests, with Cohort's dependencies)."""
 
-MAPPED_FOLDERS = ("cohort", "common", "assignment", "pipelines", "resources", "assets")
-"""The repository folders pyproject maps under the `cohort` import root."""
 
 _UNCOPIED = (
     ".git",
@@ -44,6 +43,11 @@ _UNCOPIED = (
     "tmp",
 )
 """What a source copy leaves out: version control, environments, build output and caches (.gitignore)."""
+
+
+def package_dirs(root: Path = REPO) -> dict[str, str]:
+    """pyproject's `[tool.setuptools.package-dir]` of the project at `root`: package name -> folder."""
+    return dict(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"])
 
 
 def run(

@@ -85,9 +85,7 @@ def test_an_editable_install_maps_the_layer_folders(tmp_path: Path) -> None:
         """
     )
     found = json.loads(python_in(venv, code, cwd=elsewhere).strip().splitlines()[-1])
-    wrong = {
-        name: path for name, path in found["files"].items() if Path(path).resolve() != (REPO / MODULE_FILES[name])
-    }
+    wrong = {name: path for name, path in found["files"].items() if Path(path).resolve() != (REPO / MODULE_FILES[name])}
     assert not wrong, f"modules not imported from their repository files: {wrong}"
     exposed = sorted(name for name, present in found["top_level"].items() if present)
     assert not exposed, f"the editable install makes top-level modules importable: {exposed}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
 
@@ -89,18 +90,26 @@ TRACER = dedent(
 """Prepended to each probe: `report()` prints the modules loaded since start and who imported each."""
 
 
-def _probe(code: str, cwd: Path, *, prelude: str = "") -> dict[str, object]:
+@dataclass(frozen=True)
+class Report:
+    """The modules a probe loaded (beyond its start) and, for each, its import chain."""
+
+    new: list[str]
+    chains: dict[str, str]
+
+
+def _probe(code: str, cwd: Path, *, prelude: str = "") -> Report:
     """Run `prelude`, TRACER, `code` and report() in a fresh development interpreter; the report (modules
     the prelude loads are not counted)."""
     source = prelude + TRACER + dedent(code) + "\nreport()\n"
     done = run([DEV_PYTHON, "-c", source], cwd=cwd, env=clean_env(), timeout=120)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return Report(new=found["new"], chains=found["chains"])
 
 
-def _offenders(report: dict[str, object], allowed_cohort: frozenset[str], allowed_third_party: frozenset[str]) -> str:
+def _offenders(report: Report, allowed_cohort: frozenset[str], allowed_third_party: frozenset[str]) -> str:
     """A readable list of the modules loaded outside what is allowed, each with its import chain ('' if none)."""
-    new: list[str] = report["new"]  # type: ignore[assignment]
-    chains: dict[str, str] = report["chains"]  # type: ignore[assignment]
+    new, chains = report.new, report.chains
     bad = []
     for name in new:
         top = name.split(".", 1)[0]
@@ -167,7 +176,8 @@ class Spark:
 
 kafka = {"bootstrap.servers": "127.0.0.1:9"}
 spans = [OffsetSpan("orders", 0, 5, 5)]  # empty: the read imports the Kafka client, then ends at once
-writer = ArrowStagedWriter(SinkLayout(sink), SinkLayout(spec.quarantine_root), "attempt1", spec.compression, spec.checker)
+layouts = SinkLayout(sink), SinkLayout(spec.quarantine_root)
+writer = ArrowStagedWriter(*layouts, "attempt1", spec.compression, spec.checker)
 checked_frame(Spark(), spec, kafka, spans, None)  # Spark writes: the tasks decode and check
 checked_frame(Spark(), spec, kafka, spans, None, writer=writer)  # the tasks decode, check and write Parquet
 Path(out).write_bytes(CloudPickleSerializer().dumps(captured))
@@ -217,14 +227,14 @@ def test_the_pickled_reading_tasks_load_nothing_heavy(tmp_path: Path) -> None:
     report = _probe(code, tmp_path, prelude=PYARROW_WARM_UP)
     offenders = _offenders(report, ALLOWED_COHORT, ALLOWED_THIRD_PARTY)
     assert not offenders, f"a reading task loads more than it needs:\n{offenders}"
-    loaded = {n for n in report["new"] if n.startswith("cohort.")}  # type: ignore[union-attr]
+    loaded = {n for n in report.new if n.startswith("cohort.")}
     assert {"cohort.pipelines.reader", "cohort.pipelines.checked", "cohort.pipelines.arrow_sink"} <= loaded, loaded
 
 
 def test_the_layer_packages_load_neither_sqlalchemy_nor_spark_sql(tmp_path: Path) -> None:
     for package in ("cohort.assignment", "cohort.pipelines", "cohort.common"):
         report = _probe(f"import {package}", tmp_path)
-        new: list[str] = report["new"]  # type: ignore[assignment]
-        chains: dict[str, str] = report["chains"]  # type: ignore[assignment]
-        heavy = [n for n in new if n == "sqlalchemy" or n == "pyspark.sql" or n in ("dagster", "pandera", "pandas")]
-        assert not heavy, f"`import {package}` loads {heavy}:\n" + "\n".join(chains[n] for n in heavy)
+        heavy = [
+            n for n in report.new if n == "sqlalchemy" or n == "pyspark.sql" or n in ("dagster", "pandera", "pandas")
+        ]
+        assert not heavy, f"`import {package}` loads {heavy}:\n" + "\n".join(report.chains[n] for n in heavy)

@@ -4,11 +4,12 @@ a user project whose own top-level modules are called `assets`, `resources`, `pi
 from __future__ import annotations
 
 import json
+import tomllib
 import zipfile
 from pathlib import Path
 from textwrap import dedent
 
-from tests.packaging.support import MAPPED_FOLDERS, REPO, clean_env, python_in, run, venv_site_packages
+from tests.packaging.support import REPO, clean_env, package_dirs, python_in, run, venv_site_packages
 
 OLD_TOP_LEVELS = ("assets", "resources", "pipelines", "assignment", "common", "tests", "benchmarks", "tools")
 """Repository folders that must not become top-level packages of the wheel."""
@@ -33,18 +34,19 @@ def test_the_wheel_holds_only_the_cohort_package(wheel: Path, wheel_source: Path
     tops = {n.split("/", 1)[0] for n in names}
     assert not tops & set(OLD_TOP_LEVELS), f"top-level folders {sorted(tops & set(OLD_TOP_LEVELS))} in the wheel"
     assert "cohort/py.typed" in names, f"cohort/py.typed missing from {wheel.name}"
-    assert "cohort/assignment/COORDINATOR.md" in names, "package data cohort/assignment/*.md missing"
 
-    # Every module of the mapped folders is in the wheel under its cohort name, and nothing else is.
+    # Every file of the mapped folders (modules and package data) is in the wheel under its cohort name, and
+    # nothing else is.
     expected = set()
-    for folder in MAPPED_FOLDERS:
-        target = "cohort" if folder == "cohort" else f"cohort/{folder}"
-        for module in (wheel_source / folder).rglob("*.py"):
-            expected.add(f"{target}/{module.relative_to(wheel_source / folder).as_posix()}")
-    shipped = {n for n in names if n.endswith(".py")}
-    assert not expected - shipped, f"modules left out of the wheel: {sorted(expected - shipped)}"
+    for package, folder in package_dirs(wheel_source).items():
+        target = package.replace(".", "/")
+        for path in (wheel_source / folder).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                expected.add(f"{target}/{path.relative_to(wheel_source / folder).as_posix()}")
+    shipped = {n for n in names if n.startswith("cohort/")}
+    assert not expected - shipped, f"files left out of the wheel: {sorted(expected - shipped)}"
     assert not shipped - expected, (
-        f"modules in the wheel that are not in the mapped folders: {sorted(shipped - expected)}"
+        f"files in the wheel that are not in the mapped folders: {sorted(shipped - expected)}"
     )
 
     with zipfile.ZipFile(wheel) as archive:
@@ -85,10 +87,11 @@ def test_the_fresh_venv_imports_every_module_from_the_wheel(wheel_venv: Path, tm
     assert {"cohort.assets.factory", "cohort.pipelines.reader", "cohort.assignment.coordinator"} <= set(
         found["modules"]
     )
-    assert found["version"] == "0.1.0", found
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert found["version"] == version, found
     assert Path(found["distribution"]) == venv_site_packages(wheel_venv), found
     assert not found["editable_finders"], f"an editable finder is active in the fresh venv: {found}"
-    assert not Path(found["dagster"]).resolve().is_relative_to(REPO / "cohort"), found
+    assert Path(found["dagster"]).is_relative_to(wheel_venv / "dev-dependencies"), found  # through the .pth
 
 
 def test_the_console_script_runs(wheel_venv: Path, tmp_path: Path) -> None:
@@ -180,11 +183,15 @@ USER_MODULES = {
 
         orders = CohortConfig(
             CohortGroupResource(group=assignment.GROUP, topics=[assignment.TOPIC], worker_slots=2),
-            pipeline=PipelineSpec(sink_path=str(HERE / "lake"), value_format="json", value_schema=pipelines.ORDER_SCHEMA),
+            pipeline=PipelineSpec(
+                sink_path=str(HERE / "lake"), value_format="json", value_schema=pipelines.ORDER_SCHEMA
+            ),
         )
         defs = dg.Definitions.merge(
             build_cohort_definitions([orders], kafka=KafkaResource(bootstrap_servers="127.0.0.1:9092")),
-            dg.Definitions(assets=[assets.order_report], resources={"report": resources.ReportSettings(title="orders")}),
+            dg.Definitions(
+                assets=[assets.order_report], resources={"report": resources.ReportSettings(title="orders")}
+            ),
         )
         keys = {key.to_user_string() for key in defs.resolve_all_asset_keys()}
         assert {"cohort/orders_ingest/orders", "order_report"} <= keys, keys
@@ -200,6 +207,7 @@ def test_a_user_project_with_modules_named_like_cohorts_layers_validates(wheel_v
         (project / name).write_text(dedent(text).lstrip())
     home = tmp_path / "dagster-home"
     home.mkdir()
+    (home / "dagster.yaml").write_text("")
     env = clean_env(
         wheel_venv, DAGSTER_HOME=str(home), COHORT_EXPECTED_HOME=str(venv_site_packages(wheel_venv) / "cohort")
     )
@@ -209,4 +217,6 @@ def test_a_user_project_with_modules_named_like_cohorts_layers_validates(wheel_v
         env=env,
         timeout=180,
     )
-    assert "USER-DEFINITIONS-LOADED" in done.stdout + done.stderr, f"definitions.py did not run:\n{done.stdout}"
+    output = done.stdout + done.stderr
+    assert "USER-DEFINITIONS-LOADED" in output, f"definitions.py did not run:\n{output}"
+    assert "Validation successful" in output, output

@@ -1,10 +1,10 @@
-"""Public API of the assignors: seed examples (SPEC section 4, seeds/001), registry, validation, edge cases.
+"""Public API of the assignors: worked examples, registry, validation, edge cases.
 
-About seeds/001 (a Chinese blog post on Kafka's assignors): its range example for two consumers and the Java code
-it quotes agree with SPEC section 4 and are tested as is. Two of its other examples are illustrative only ("可能会
-得到", "might get") and contradict the Java code it quotes: with a third consumer, range gives consumer2
-partition 1 and consumer3 partition 2 (not the reverse), and round-robin deals t0p0, t0p1, t0p2, t1p0, ... over
-C0, C1 in turn. The tests follow the quoted code and SPEC section 4, and say so where they differ.
+The worked examples are the classic ones for Kafka's assignors: two consumers over two topics of three
+partitions each, a third consumer joining them, and unequal subscriptions (C0 on t0; C1 on t0, t1; C2 on
+t1, t2). The expected assignments are those of Kafka's Java assignors: range gives each member a contiguous
+block of each topic in member order (with three consumers, C1 gets partition 1 and C2 partition 2 of each
+topic), and round-robin deals t0p0, t0p1, t0p2, t1p0, ... over the members subscribed to each topic in turn.
 """
 
 from __future__ import annotations
@@ -50,19 +50,19 @@ UNEQUAL_COUNTS = {"t0": 1, "t1": 2, "t2": 3}
 UNEQUAL = {"C0": Subscription(["t0"]), "C1": Subscription(["t0", "t1"]), "C2": Subscription(["t1", "t2"])}
 
 
-# --- seed examples --------------------------------------------------------------------------------------
+# --- worked examples ------------------------------------------------------------------------------------
 
 
-def test_range_seed_two_consumers() -> None:
+def test_range_two_consumers() -> None:
     assert RangeAssignor().assign(TWO_BY_THREE, BOTH) == {
         "C0": tps("t0p0", "t0p1", "t1p0", "t1p1"),
         "C1": tps("t0p2", "t1p2"),
     }
 
 
-def test_range_seed_third_consumer_follows_the_quoted_code() -> None:
+def test_range_third_consumer_splits_each_topic_in_member_order() -> None:
     subs = {m: Subscription(["t0", "t1"]) for m in ("C0", "C1", "C2")}
-    # seeds/001 shows consumer2 with p2 and consumer3 with p1 ("might get"); its quoted code gives this:
+    # each member in order takes the next block of each topic: C1 partition 1, C2 partition 2
     assert RangeAssignor().assign(TWO_BY_THREE, subs) == {
         "C0": tps("t0p0", "t1p0"),
         "C1": tps("t0p1", "t1p1"),
@@ -70,14 +70,14 @@ def test_range_seed_third_consumer_follows_the_quoted_code() -> None:
     }
 
 
-def test_roundrobin_seed_equal_subscriptions() -> None:
+def test_roundrobin_equal_subscriptions() -> None:
     assert RoundRobinAssignor().assign(TWO_BY_THREE, BOTH) == {
         "C0": tps("t0p0", "t0p2", "t1p1"),
         "C1": tps("t0p1", "t1p0", "t1p2"),
     }
 
 
-def test_roundrobin_seed_unequal_subscriptions() -> None:
+def test_roundrobin_unequal_subscriptions() -> None:
     assert RoundRobinAssignor().assign(UNEQUAL_COUNTS, UNEQUAL) == {
         "C0": tps("t0p0"),
         "C1": tps("t1p0"),
@@ -85,7 +85,7 @@ def test_roundrobin_seed_unequal_subscriptions() -> None:
     }
 
 
-def test_sticky_seed_unequal_subscriptions() -> None:
+def test_sticky_unequal_subscriptions() -> None:
     assert StickyAssignor().assign(UNEQUAL_COUNTS, UNEQUAL) == {
         "C0": tps("t0p0"),
         "C1": tps("t1p0", "t1p1"),

@@ -203,7 +203,7 @@ def test_rebalance_timeout_is_the_largest_among_members_and_laggards_are_removed
     sim = Sim()
     a = sim.admit(rebalance_timeout=10)
     sim.sync(a)
-    b = sim.admit(rebalance_timeout=5)  # seed: 10 s and 5 s -> the join waits up to 10 s
+    b = sim.admit(rebalance_timeout=5)  # timeouts of 10 s and 5 s -> the join waits up to 10 s
     assert sim.group and sim.group.rebalance_deadline == 110.0
     sim.now = 108.0
     assert isinstance(decide_heartbeat(sim.group, "g", a, 1, None, False, sim.ctx()).error, RebalanceInProgressError)

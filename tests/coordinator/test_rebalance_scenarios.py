@@ -1,11 +1,11 @@
-"""Seed 003's scenarios (the coordinator's group state machine), on every store.
+"""Classic consumer-group scenarios through the coordinator's state machine, on every store.
 
-The seed describes Kafka 0.10, whose new groups started in Stable; Kafka >= 0.11 and SPEC section 3 start
-them in Empty, so the state paths below begin with Empty and then follow the seed's order of events
-exactly. The seed's broker had no initial rebalance delay and no MEMBER_ID_REQUIRED round trip: the
-coordinator here runs with a delay of 0 and the scripted clients answer MEMBER_ID_REQUIRED as real ones
-do, which adds no state change. "One rebalance" is one assignment (one entry into Stable), which is what
-the seed counts with the listener callbacks.
+Members joining together, staggered or one at a time; a follower or the leader missing its join answer; a
+sync refused during a rebalance; leaves in each state; a session expiring. Kafka 0.10's new groups started
+in Stable; since Kafka 0.11 they start in Empty, as here, so every state path below begins with Empty. The
+coordinator runs with no initial rebalance delay unless a test sets one, and the scripted clients answer
+MEMBER_ID_REQUIRED as real ones do, which adds no state change. "One rebalance" is one assignment (one entry
+into Stable), which is what a consumer's rebalance listener counts.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_a_follower_missing_its_join_answer_gets_it_again_without_a_rebalance(
 ) -> None:
     coordinator, (leader, f1, f2) = _three_in_one_phase(make_coordinator, clock)
     assert isinstance(f1.join(), JoinComplete)
-    f2.join()  # completed, but (as in the seed) the answer never reaches follower-2
+    f2.join()  # completed, but the answer is lost on its way to follower-2
     assert isinstance(f1.sync(), SyncPending)
     assert isinstance(leader.sync(), SyncComplete)
     assert isinstance(f1.sync(), SyncComplete)
