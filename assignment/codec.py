@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from cohort.assignment.group_state import EventKind, GroupEvent, GroupRecord, GroupState, MemberRecord
@@ -26,6 +27,9 @@ __all__ = [
     "event_from_row",
     "event_row",
 ]
+
+
+_new_tuple = tuple.__new__
 
 
 def dumps(value: Any) -> str:
@@ -46,13 +50,13 @@ def encode_partitions(partitions: Iterable[TopicPartition]) -> dict[str, list[li
 
 
 def decode_partitions(encoded: dict[str, list[list[int]]]) -> tuple[TopicPartition, ...]:
-    """Inverse of `encode_partitions`, sorted."""
-    return tuple(
-        TopicPartition(topic, p)
-        for topic in sorted(encoded)
-        for first, last in encoded[topic]
-        for p in range(first, last + 1)
-    )
+    """Inverse of `encode_partitions`, sorted. Runs are expanded in bulk (`tuple.__new__` over a zip, no
+    Python-level call per partition): a sensor tick decodes every member's partitions of every group."""
+    decoded: list[TopicPartition] = []
+    for topic in sorted(encoded):
+        for first, last in encoded[topic]:
+            decoded.extend(map(_new_tuple, repeat(TopicPartition), zip(repeat(topic), range(first, last + 1))))
+    return tuple(decoded)
 
 
 def encode_member(m: MemberRecord) -> str:

@@ -122,7 +122,7 @@ def render(reports: list[FaultReport], others: list[FaultOutcome], command: str,
     load, when = os.getloadavg()[0], datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""# Reliability: the fault-injection matrix
 
-Produced by `benchmarks/reliability.py` on {when}, {len(reports) + len(others)} scenarios in
+Produced by `python -m benchmarks.reliability` on {when}, {len(reports) + len(others)} scenarios in
 {seconds:.0f} s, on a 2-core machine shared with other engineers' test runs (load average {load:.1f} at the end), from
 the repository root with the project's venv:
 

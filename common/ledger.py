@@ -40,7 +40,7 @@ class OffsetLedger(Protocol):
 
 @runtime_checkable
 class OffsetMirror(Protocol):
-    """Copies accepted commits to Kafka's committed offsets under the group id (resources/ implements it
+    """Copies accepted commits to Kafka's committed offsets under the group id (`cohort.pipelines.kafka_mirror` implements it
     with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after the
     ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
 

@@ -64,7 +64,7 @@ def offsets_for_times(
     config: KafkaConfig, partitions: Sequence[TopicPartition], timestamp_ms: int, *, timeout_s: float = 10.0
 ) -> dict[TopicPartition, int | None]:
     """The first offset whose timestamp is at or after `timestamp_ms`, per partition; None when no record
-    is that recent. (The embedded Tansu broker always answers 0: see resources/embedded_broker.py.)"""
+    is that recent. (The embedded Tansu broker always answers 0: see cohort/devtools/embedded_broker.py.)"""
     if not partitions:
         return {}
     consumer = Consumer({**config, "group.id": "cohort-offsets", "enable.auto.commit": False})

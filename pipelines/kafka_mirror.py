@@ -1,6 +1,6 @@
 """Mirroring ledger commits to Kafka's committed offsets, so Kafka tooling sees the group's progress.
 
-`KafkaOffsetMirror` implements `cohort.assignment.ledger.OffsetMirror` with confluent-kafka's admin API
+`KafkaOffsetMirror` implements `cohort.common.ledger.OffsetMirror` with confluent-kafka's admin API
 (AlterConsumerGroupOffsets, an OffsetCommit that never joins Kafka's group): it commits each partition's
 `until` offset under the group id, with the run id as the commit metadata. Each attempt is bounded by
 `timeout_s` (a plain consumer's synchronous commit can wait for a coordinator for the whole session

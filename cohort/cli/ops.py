@@ -1,6 +1,6 @@
 """What the operations CLI shows, computed as plain values: group listings, describe rows, what-if moves.
 
-`cohort groups`, `cohort describe`, `cohort delete` and `cohort simulate` (assets/cli.py) print these as
+`cohort groups`, `cohort describe`, `cohort delete` and `cohort simulate` (cohort/cli/main.py) print these as
 Rich tables or JSON; keeping the computation here makes it testable without a terminal.
 
 Example:

@@ -16,8 +16,7 @@ upgrade that changes one is noticed). Cohort's code is written for real Kafka an
 - `read_committed` does not hide aborted transactional records.
 - `describe_consumer_groups` lists no members.
 
-This module imports no Dagster code: it lives in `resources/` because it is the default Kafka a
-`KafkaResource` points at, and it is what a newcomer looks for next to it.
+A development tool: the demo, `make ui`, `cohort broker` and the tests start it; the library never does.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def produce(
     """Produce (partition, key, value) records and wait for every delivery; returns the count delivered.
 
     The embedded broker's high watermark is exact only when a partition's last batch holds one record
-    (see resources/embedded_broker.py). Records are batched for throughput, but the last record of each
+    (see cohort/devtools/embedded_broker.py). Records are batched for throughput, but the last record of each
     partition is held back and sent in a batch of its own after the rest are delivered, so the end
     offset is exact on Tansu too at the cost of one extra round trip per partition. `one_per_batch`
     sends every record in its own batch (slow; for tests that need it record by record).

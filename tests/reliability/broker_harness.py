@@ -41,7 +41,8 @@ def group_config(setup: Setup, assignor: str, *, transform: Transform | None = N
     """The group's CohortConfig: tests/dagster/support's, with one assignor and pipeline overrides."""
     config = config_for(setup)
     pipeline = dataclasses.replace(config.pipeline, transform=transform, **spec)
-    return dataclasses.replace(config, assignors=(assignor,), pipeline=pipeline)
+    group = config.group_resource.model_copy(update={"assignors": [assignor]})
+    return dataclasses.replace(config, group_resource=group, pipeline=pipeline)
 
 
 def definitions(config: CohortConfig, bootstrap: str, *, clock: Clock | None = None) -> dg.Definitions:

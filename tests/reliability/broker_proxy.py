@@ -12,7 +12,7 @@ first ListOffsets its planning.
 Kafka clients connect to the address the broker advertises in its metadata, not to the bootstrap address,
 so the broker must advertise the proxy. `EmbeddedBroker` passes the same URL as listener and advertised
 listener; `broker_behind_proxy` gives it a small wrapper as its binary that rewrites the advertised
-listener before exec'ing Tansu (a public field of EmbeddedBroker; resources/embedded_broker.py unchanged).
+listener before exec'ing Tansu (a public field of EmbeddedBroker; cohort/devtools/embedded_broker.py unchanged).
 """
 
 from __future__ import annotations

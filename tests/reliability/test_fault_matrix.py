@@ -9,7 +9,7 @@ offsets = ledger = materializations. See `tests.reliability.faults` for one scen
 Runtime budget: each scenario starts a victim process (and, past the join, its own Spark JVM), so the 14
 scenarios do not fit CI's 6 minutes on this 2-core machine. Here every point runs under one assignor and the
 two assignors alternate across points (4 points eager `sticky`, 3 cooperative `cooperative-sticky`): every
-point and every assignor is covered. `python benchmarks/reliability.py` runs all 14 (benchmarks/RELIABILITY.md).
+point and every assignor is covered. `python -m benchmarks.reliability` runs all 14 (benchmarks/RELIABILITY.md).
 
 Real components only: the embedded broker, Spark, the SQLite store, Dagster's execution and instance. The
 one stand-in: execute_in_process has no run-monitoring daemon, so the harness marks the killed run failed
