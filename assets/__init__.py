@@ -11,12 +11,12 @@ Example:
 """
 
 from cohort.assets.audit import PartitionAudit, audit_partition
-from cohort.assets.checks import build_topic_checks
 from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
 from cohort.assets.factory import CohortDefinitions, build_cohort_definitions, build_worker_schedule, cohort_assets
+from cohort.assets.group_batch import build_group_assets
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
-from cohort.assets.worker import build_worker_job, worker_run_config
+from cohort.assets.worker import worker_run_config
 
 __all__ = [
     "CohortConfig",
@@ -28,10 +28,9 @@ __all__ = [
     "TopicCursor",
     "audit_partition",
     "build_cohort_definitions",
+    "build_group_assets",
     "build_membership_sensor",
-    "build_topic_checks",
     "build_topic_sensor",
-    "build_worker_job",
     "build_worker_schedule",
     "cohort_assets",
     "worker_run_config",

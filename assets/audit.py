@@ -25,7 +25,7 @@ from cohort.assets.translator import consumed_offsets
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 
-__all__ = ["PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
+__all__ = ["Materialized", "PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
 
 LedgerRange = tuple[int, int, str | None]
 """(from_offset, until_offset, gap_reason) of one ledger entry."""
@@ -43,6 +43,7 @@ class PartitionAudit:
     end_offset: int
     lag: int
     problems: tuple[str, ...]
+    last_commit_at: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -58,8 +59,13 @@ def audit_partition(
     kafka_committed: int | None,
     end_offset: int,
     low_offset: int = 0,
+    foreign: Sequence[str] = (),
+    last_commit_at: float | None = None,
 ) -> PartitionAudit:
-    """Check one partition: contiguous ledger, ledger == materializations, ledger head == Kafka's committed."""
+    """Check one partition: contiguous ledger, ledger == materializations, ledger head == Kafka's committed.
+
+    `foreign` names the runs of materializations that record no offsets: nothing the ledger accounts for.
+    """
     problems: list[str] = []
     previous: int | None = None
     for start, until, _gap in ledger:
@@ -73,6 +79,8 @@ def audit_partition(
         problems.append(f"{tp}: ledger range [{s}, {u}) has no materialization")
     for s, u in sorted(shown - recorded):
         problems.append(f"{tp}: materialization [{s}, {u}) is not in the ledger")
+    for run in foreign:
+        problems.append(f"{tp}: materialization by run {run} records no offsets: the ledger does not account for it")
     committed = previous
     if committed != kafka_committed:
         problems.append(f"{tp}: ledger committed offset {committed} but Kafka's committed offset is {kafka_committed}")
@@ -86,17 +94,28 @@ def audit_partition(
         end_offset=end_offset,
         lag=max(0, end_offset - position),
         problems=tuple(problems),
+        last_commit_at=last_commit_at,
     )
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """The materializations of one asset partition: the offset ranges they record, and the ones that record
+    none (reported by hand or by foreign code), each named by its run."""
+
+    ranges: frozenset[tuple[int, int]]
+    foreign: tuple[str, ...] = ()
 
 
 def materialized_ranges(
     instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: int, *, limit: int = 10_000
-) -> set[tuple[int, int]]:
-    """The (from, until) offsets of every materialization of one asset partition."""
+) -> Materialized:
+    """What every materialization of one asset partition records."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[str(partition)]), limit=limit
     ).records
-    ranges = set()
+    ranges: set[tuple[int, int]] = set()
+    foreign: list[str] = []
     for record in records:
         materialization = record.asset_materialization
         if materialization is None:
@@ -104,7 +123,9 @@ def materialized_ranges(
         offsets = consumed_offsets(materialization.metadata)
         if offsets is not None:
             ranges.add(offsets)
-    return ranges
+        else:
+            foreign.append(record.run_id or f"event {record.storage_id}")
+    return Materialized(frozenset(ranges), tuple(foreign))
 
 
 def gather_audits(
@@ -123,16 +144,20 @@ def gather_audits(
     in_kafka = kafka.committed_offsets(group, tps)
     audits = []
     for tp in tps:
-        ledger = [(e.from_offset, e.until_offset, e.gap_reason) for e in coordinator.ledger_history(group, *tp)]
+        entries = coordinator.ledger_history(group, *tp)
+        ledger = [(e.from_offset, e.until_offset, e.gap_reason) for e in entries]
         low, high = marks[tp]
+        shown = materialized_ranges(instance, asset_key, tp.partition)
         audits.append(
             audit_partition(
                 tp,
                 ledger,
-                materialized_ranges(instance, asset_key, tp.partition),
+                shown.ranges,
                 kafka_committed=in_kafka.get(tp),
                 end_offset=high,
                 low_offset=low,
+                foreign=shown.foreign,
+                last_commit_at=max((e.committed_at for e in entries), default=None),
             )
         )
     return audits

@@ -1,77 +1,100 @@
-"""Asset checks of a topic asset: offset contiguity and agreement per partition, and lag under a threshold.
+"""The asset checks of a topic asset: offset contiguity and agreement per partition, and lag with freshness.
 
-Both checks of a topic run in one step (they share the Kafka and ledger reads). Contiguity fails on any
-ledger gap or overlap, on a ledger range without a materialization or a materialization the ledger does
-not hold, and when Kafka's committed offset differs from the ledger's. Lag fails when some partition is
-more than `lag_threshold` records behind its end offset.
+The checks are declared on the group's batch op (`cohort.assets.group_batch`), so they run after every
+batch in the same run, and alone when launched from the asset page. Contiguity fails on any ledger gap or
+overlap, on a ledger range without a materialization, on a materialization the ledger does not account
+for (offsets it never committed, or no offsets at all: reported by hand or by foreign code, named by its
+run), and when Kafka's committed offset differs from the ledger's. Lag fails for a partition more than
+`lag_threshold` records behind its end offset whose last commit is older than `freshness_s`: a group that
+keeps up passes while its producer writes; a stalled one fails.
 """
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import dagster as dg
 
-from cohort.assets.audit import gather_audits
-from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CohortConfig, DagsterCohortTranslator, safe_name
+from cohort.assets.audit import PartitionAudit, gather_audits
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CohortConfig, DagsterCohortTranslator
+from cohort.assignment.clock import Clock, SystemClock
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
-__all__ = ["build_topic_checks"]
+__all__ = ["check_results", "lagging"]
 
 _MAX_SHOWN = 20
 
 
-def build_topic_checks(
-    config: CohortConfig, topic: str, translator: DagsterCohortTranslator
-) -> dg.AssetChecksDefinition:
-    """The contiguity and lag checks of one topic's asset."""
-    group_key = config.resource_key
-    key = translator.get_asset_key(config.group, topic)
+def lagging(audits: Collection[PartitionAudit], *, threshold: int, freshness_s: float, now: float) -> dict[str, int]:
+    """Partition -> lag of the partitions behind by more than `threshold` with no commit for `freshness_s`."""
+    stale = {}
+    for audit in audits:
+        fresh = audit.last_commit_at is not None and now - audit.last_commit_at <= freshness_s
+        if audit.lag > threshold and not fresh:
+            stale[str(audit.tp.partition)] = audit.lag
+    return stale
 
-    @dg.multi_asset_check(
-        name=f"cohort_checks__{safe_name(config.group)}__{safe_name(topic)}",
-        specs=translator.get_check_specs(config, topic),
-        required_resource_keys={group_key, "kafka"},
-        description=f"Offset audit of {topic!r} for group {config.group!r}.",
-    )
-    def topic_checks(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        group: CohortGroupResource = getattr(context.resources, group_key)
-        kafka: KafkaResource = context.resources.kafka
+
+def check_results(
+    instance: dg.DagsterInstance,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    group: CohortGroupResource,
+    kafka: KafkaResource,
+    selected: Collection[dg.AssetCheckKey],
+    clock: Clock | None = None,
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """The evaluations of the `selected` checks of the group's topic assets.
+
+    Logged as events by the batch op (not returned as results): the checks judge every partition at once,
+    while the run itself targets no partition.
+    """
+    coordinator = group.get_coordinator(clock)
+    now = (clock or SystemClock()).now()
+    for topic in config.asset_topics:
+        key = translator.get_asset_key(config.group, topic)
+        wanted = {c.name for c in selected if c.asset_key == key}
+        if not wanted:
+            continue
         partitions = kafka.partition_counts([topic]).get(topic, 0)
         audits = gather_audits(
-            group.get_coordinator(),
-            config.group,
-            topic,
-            partitions,
-            instance=context.instance,
-            asset_key=key,
-            kafka=kafka,
+            coordinator, config.group, topic, partitions, instance=instance, asset_key=key, kafka=kafka
         )
-        problems = [p for a in audits for p in a.problems]
-        yield dg.AssetCheckResult(
-            check_name=CHECK_CONTIGUOUS,
-            asset_key=key,
-            passed=not problems,
-            metadata={
-                "cohort/partitions": dg.MetadataValue.int(len(audits)),
-                "cohort/ledger_ranges": dg.MetadataValue.int(sum(a.ledger_ranges for a in audits)),
-                "cohort/gaps_recorded": dg.MetadataValue.int(sum(a.gaps for a in audits)),
-                "cohort/problems": dg.MetadataValue.int(len(problems)),
-                "cohort/details": dg.MetadataValue.md(
-                    "\n".join(f"- {p}" for p in problems[:_MAX_SHOWN]) or "every partition agrees"
-                ),
-            },
-        )
-        behind = {str(a.tp.partition): a.lag for a in audits if a.lag > config.lag_threshold}
-        yield dg.AssetCheckResult(
-            check_name=CHECK_LAG,
-            asset_key=key,
-            passed=not behind,
-            metadata={
-                "cohort/max_lag": dg.MetadataValue.int(max((a.lag for a in audits), default=0)),
-                "cohort/total_lag": dg.MetadataValue.int(sum(a.lag for a in audits)),
-                "cohort/threshold": dg.MetadataValue.int(config.lag_threshold),
-                "cohort/partitions_behind": dg.MetadataValue.json(dict(list(behind.items())[:_MAX_SHOWN])),
-            },
-        )
-
-    return topic_checks
+        if CHECK_CONTIGUOUS in wanted:
+            problems = [p for a in audits for p in a.problems]
+            yield dg.AssetCheckEvaluation(
+                check_name=CHECK_CONTIGUOUS,
+                asset_key=key,
+                passed=not problems,
+                metadata={
+                    "cohort/partitions": dg.MetadataValue.int(len(audits)),
+                    "cohort/ledger_ranges": dg.MetadataValue.int(sum(a.ledger_ranges for a in audits)),
+                    "cohort/gaps_recorded": dg.MetadataValue.int(sum(a.gaps for a in audits)),
+                    "cohort/problems": dg.MetadataValue.int(len(problems)),
+                    "cohort/details": dg.MetadataValue.md(
+                        "\n".join(f"- {p}" for p in problems[:_MAX_SHOWN]) or "every partition agrees"
+                    ),
+                },
+            )
+        if CHECK_LAG in wanted:
+            behind = lagging(audits, threshold=config.lag_threshold, freshness_s=config.freshness_s, now=now)
+            table = "\n".join(
+                ["| partition | lag | last commit (s ago) |", "|---|---|---|"]
+                + [
+                    f"| {a.tp.partition} | {a.lag} | "
+                    f"{'-' if a.last_commit_at is None else f'{now - a.last_commit_at:.0f}'} |"
+                    for a in audits[:_MAX_SHOWN]
+                ]
+            )
+            yield dg.AssetCheckEvaluation(
+                check_name=CHECK_LAG,
+                asset_key=key,
+                passed=not behind,
+                metadata={
+                    "cohort/max_lag": dg.MetadataValue.int(max((a.lag for a in audits), default=0)),
+                    "cohort/total_lag": dg.MetadataValue.int(sum(a.lag for a in audits)),
+                    "cohort/threshold": dg.MetadataValue.int(config.lag_threshold),
+                    "cohort/freshness_s": dg.MetadataValue.float(config.freshness_s),
+                    "cohort/stale_partitions": dg.MetadataValue.json(dict(list(behind.items())[:_MAX_SHOWN])),
+                    "cohort/per_partition": dg.MetadataValue.md(table),
+                },
+            )

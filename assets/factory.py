@@ -1,17 +1,22 @@
-"""The factory: from a small `CohortConfig` to assets, the worker job, its schedule, checks and sensors.
+"""The factory: from a `CohortConfig` to the group's assets, worker job, schedule, checks and sensors.
 
-`cohort_assets(config)` wires one group's objects (it only builds specs; the work lives in `worker`,
-`checks` and `sensors`); `build_cohort_definitions(configs, kafka=..., spark=...)` assembles a whole
-`Definitions` with the shared Kafka and Spark resources and one membership and one topic sensor over all
-groups.
+`cohort_assets(config)` wires one group's objects (the work lives in `group_batch`, `worker`, `checks` and
+`sensors`); `build_cohort_definitions(configs, kafka=..., spark=...)` assembles a whole `Definitions` with
+the shared Kafka and Spark resources, each group's resource, and one membership and one topic sensor over
+all groups. The worker job is the asset job of the group's assets: the schedule and the sensors launch it,
+Materialize launches it too, and the asset pages list them as the assets' automations.
 
 Example:
-    >>> from cohort.pipelines.spec import PipelineSpec  # doctest: +SKIP
-    >>> defs = build_cohort_definitions(  # doctest: +SKIP
-    ...     [CohortConfig(group="orders-ingest", topics=("orders",), pipeline=PipelineSpec(sink_path="/lake"))],
+    >>> from cohort.pipelines import PipelineSpec
+    >>> from cohort.resources import CohortGroupResource, KafkaResource, SparkResource
+    >>> group = CohortGroupResource(group="orders-ingest", topics=["orders"], store_url="sqlite:///cohort.db")
+    >>> defs = build_cohort_definitions(
+    ...     [CohortConfig(group, pipeline=PipelineSpec(sink_path="/lake/orders"))],
     ...     kafka=KafkaResource(bootstrap_servers="localhost:9092"),
     ...     spark=SparkResource(),
     ... )
+    >>> defs.resolve_job_def("cohort_worker__orders_ingest").name
+    'cohort_worker__orders_ingest'
 """
 
 from collections.abc import Sequence
@@ -19,13 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
+)
 
-from cohort.assets.checks import build_topic_checks
+from cohort.assets.group_batch import build_group_assets
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
-from cohort.assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, build_worker_job, worker_run_config
+from cohort.assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, worker_run_config
 from cohort.assignment.clock import Clock
-from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
 
@@ -37,21 +44,19 @@ class CohortDefinitions:
     """One group's Dagster objects."""
 
     config: CohortConfig
-    assets: tuple[dg.AssetSpec, ...]
-    checks: tuple[dg.AssetChecksDefinition, ...]
-    worker_job: dg.JobDefinition
-    checks_job: Any  # an unresolved asset job (dg.define_asset_job)
+    assets: dg.AssetsDefinition
+    worker_job: AssetJob
+    checks_job: AssetJob
     schedule: dg.ScheduleDefinition | None
-    group_resource: CohortGroupResource
 
     @property
     def resources(self) -> dict[str, Any]:
         """The group's own resource, under its key."""
-        return {self.config.resource_key: self.group_resource}
+        return {self.config.resource_key: self.config.group_resource}
 
 
 def build_worker_schedule(
-    config: CohortConfig, job: dg.JobDefinition, translator: DagsterCohortTranslator
+    config: CohortConfig, job: AssetJob, translator: DagsterCohortTranslator
 ) -> dg.ScheduleDefinition | None:
     """A schedule launching one run per worker slot on `config.schedule` (stopped by default)."""
     if config.schedule is None:
@@ -84,26 +89,34 @@ def cohort_assets(
     *,
     translator: DagsterCohortTranslator | None = None,
     runner: BatchRunner | None = None,
+    clock: Clock | None = None,
 ) -> CohortDefinitions:
-    """The assets (one per topic, dynamic partitions keyed by partition), worker job, schedule and checks."""
+    """The group's assets (topic and landed data, partitioned by Kafka partition) with their checks, the
+    worker job, the checks job and the schedule."""
     translator = translator or DagsterCohortTranslator()
-    topics = config.asset_topics
-    specs = tuple(translator.get_asset_spec(config, t) for t in topics)
-    checks = tuple(build_topic_checks(config, t, translator) for t in topics)
-    job = build_worker_job(config, translator, runner=runner)
+    assets = build_group_assets(config, translator, runner=runner, clock=clock)
+    keys = [spec.key for spec in assets.specs]
+    job = dg.define_asset_job(
+        translator.get_job_name(config.group),
+        selection=dg.AssetSelection.assets(*keys),
+        description=(
+            f"A batch of group {config.group!r}: by default one run hosts every worker slot; the schedule and "
+            "the sensors launch one run per slot (config slot: 1..N). The offset checks run after the batch."
+        ),
+        tags={GROUP_TAG: config.group},
+    )
     checks_job = dg.define_asset_job(
         translator.get_checks_job_name(config.group),
-        selection=dg.AssetSelection.checks_for_assets(*[s.key for s in specs]),
+        selection=dg.AssetSelection.checks_for_assets(*keys),
         description=f"Offset audit of group {config.group!r}.",
+        tags={GROUP_TAG: config.group},
     )
     return CohortDefinitions(
         config=config,
-        assets=specs,
-        checks=checks,
+        assets=assets,
         worker_job=job,
         checks_job=checks_job,
         schedule=build_worker_schedule(config, job, translator),
-        group_resource=config.group_resource,
     )
 
 
@@ -122,7 +135,7 @@ def build_cohort_definitions(
     names = [c.group for c in configs]
     if len(set(names)) != len(names):
         raise ValueError(f"each group may appear once, got {names}")
-    parts = [cohort_assets(c, translator=translator, runner=runner) for c in configs]
+    parts = [cohort_assets(c, translator=translator, runner=runner, clock=clock) for c in configs]
     jobs = [p.worker_job for p in parts]
     resources: dict[str, Any] = {"kafka": kafka, "spark": spark or SparkResource()}
     for part in parts:
@@ -134,8 +147,7 @@ def build_cohort_definitions(
             build_topic_sensor(configs, jobs, translator=translator, clock=clock, default_status=sensor_status),
         ]
     return dg.Definitions(
-        assets=[spec for p in parts for spec in p.assets],
-        asset_checks=[check for p in parts for check in p.checks],
+        assets=[p.assets for p in parts],
         jobs=[*jobs, *(p.checks_job for p in parts)],
         schedules=[p.schedule for p in parts if p.schedule is not None],
         sensors=sensors,

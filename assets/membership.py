@@ -12,7 +12,7 @@ the same rerun once. A failed or canceled run that was itself a rerun is not rer
 
 Example:
     >>> seen = GroupCursor(members={"m-1": (2, "run-a")})
-    >>> runs = {"run-a": RunView("run-a", RunState.FAILURE, slot=2)}
+    >>> runs = {"run-a": RunView("run-a", RunState.FAILURE, slots=(2,))}
     >>> decide_evictions({"m-1": (2, "run-a")}, runs, clock_due=False)
     Evictions(evict=(Eviction(member_id='m-1', reason='run run-a failure'),), expire=False)
 """
@@ -68,13 +68,13 @@ class RunState(enum.Enum):
 class RunView:
     """One Dagster run as the decision sees it.
 
-    `slot` is the worker slot the run was launched for when it is a worker run of this group (None
-    otherwise); `rerun_of` is the lost run it was requested to redo, if any.
+    `slots` are the worker slots the run hosts when it is a worker run of this group (empty otherwise);
+    `rerun_of` is the lost run it was requested to redo, if any.
     """
 
     run_id: str
     state: RunState
-    slot: int | None = None
+    slots: tuple[int, ...] = ()
     rerun_of: str | None = None
 
 
@@ -173,16 +173,20 @@ def decide_reruns(
         requests[_run_key(rerun)] = rerun
         if run_id:
             rerun_runs.append(run_id)
-    slot_by_run = {rid: slot for slot, rid in known.values() if rid and slot is not None}
+    slots_by_run: dict[str, set[int]] = {}
+    for slot, rid in known.values():
+        if rid and slot is not None:
+            slots_by_run.setdefault(rid, set()).add(slot)
     for run in runs.values():
-        slot = slot_by_run.get(run.run_id) or run.slot
-        if not run.state.dead or slot is None or run.run_id in rerun_runs:
-            continue  # alive or finished, not a worker run, or already rerun when its member was removed
-        if run.rerun_of:
-            notes.append(Note("warning", f"rerun {run.run_id} of slot {slot} {run.state.value}"))
-            continue
-        rerun = Rerun(slot, generation, f"rerun-{run.run_id[:8]}", f"run {run.run_id} {run.state.value}", run.run_id)
-        requests[_run_key(rerun)] = rerun
+        if not run.state.dead or run.run_id in rerun_runs:
+            continue  # alive or finished, or already rerun when its member was removed
+        for slot in sorted(slots_by_run.get(run.run_id) or run.slots):  # none: not a worker run of the group
+            if run.rerun_of:
+                notes.append(Note("warning", f"rerun {run.run_id} of slot {slot} {run.state.value}"))
+                continue
+            reason = f"run {run.run_id} {run.state.value}"
+            rerun = Rerun(slot, generation, f"rerun-{run.run_id[:8]}", reason, run.run_id)
+            requests[_run_key(rerun)] = rerun
     members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
     cursor = GroupCursor(last_event, members, scanned_until, tuple(rerun_runs[-REMEMBERED_RERUNS:]))
     return Reruns(tuple(requests.values()), cursor, tuple(notes))

@@ -23,11 +23,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
+)
 
 from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
 from cohort.assets.membership import Rerun, RunState, RunView, decide_evictions, decide_reruns
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
-from cohort.assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
+from cohort.assets.worker import ALL_SLOTS, GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
 from cohort.assignment.clock import Clock
 from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.group_state import GroupRecord, subscribed_counts
@@ -52,28 +55,32 @@ _DAGSTER_STATES = {
 }
 
 
-def _slot_of_run(run: dg.DagsterRun) -> int | None:
-    """The worker slot a run of a worker job was launched for (its op config), None if unknown."""
+def _slots_of_run(run: dg.DagsterRun, slots: int) -> tuple[int, ...]:
+    """The worker slots a run of the group's worker job hosts (its op config: one slot, or `all`)."""
     ops = (run.run_config or {}).get("ops")
     for op in ops.values() if isinstance(ops, dict) else ():
         config = op.get("config") if isinstance(op, dict) else None
         slot = config.get("slot") if isinstance(config, dict) else None
+        if slot == ALL_SLOTS:
+            return tuple(range(1, slots + 1))
+        if isinstance(slot, str) and slot.isdigit():
+            return (int(slot),)
         if isinstance(slot, int) and not isinstance(slot, bool):
-            return slot
-    return None
+            return (slot,)
+    return tuple(range(1, slots + 1))  # no config: the default hosts every slot
 
 
-def _view(run: dg.DagsterRun, worker_job: str) -> RunView:
+def _view(run: dg.DagsterRun, worker_job: str, slots: int) -> RunView:
     return RunView(
         run.run_id,
         _DAGSTER_STATES.get(run.status, RunState.OTHER),
-        slot=_slot_of_run(run) if run.job_name == worker_job else None,
+        slots=_slots_of_run(run, slots) if run.job_name == worker_job else (),
         rerun_of=run.tags.get(RERUN_TAG) or None,
     )
 
 
 def _read_runs(
-    instance: dg.DagsterInstance, worker_job: str, run_ids: Sequence[str], dead_since: float
+    instance: dg.DagsterInstance, worker_job: str, slots: int, run_ids: Sequence[str], dead_since: float
 ) -> dict[str, RunView]:
     """The runs of the members seen, plus the worker runs that failed or were canceled since `dead_since`
     (0: none; the first tick watches from then on)."""
@@ -87,7 +94,7 @@ def _read_runs(
             ),
             limit=200,
         )
-    return {run.run_id: _view(run, worker_job) for run in runs}
+    return {run.run_id: _view(run, worker_job, slots) for run in runs}
 
 
 def _rerun_request(config: CohortConfig, translator: DagsterCohortTranslator, rerun: Rerun) -> dg.RunRequest:
@@ -122,7 +129,11 @@ def _membership_tick(
     live = {mid: (group.slot_of(m.instance_id), m.client_id) for mid, m in members.items()}
     known = {**seen.members, **live}
     runs = _read_runs(
-        context.instance, worker_job, sorted({rid for _s, rid in known.values() if rid}), seen.runs_scanned_until
+        context.instance,
+        worker_job,
+        config.worker_slots,
+        sorted({rid for _s, rid in known.values() if rid}),
+        seen.runs_scanned_until,
     )
     clock_due = record is not None and due(record, coordinator.clock.now())
     evictions = decide_evictions(live, runs, clock_due=clock_due)
@@ -151,7 +162,7 @@ def _membership_tick(
 
 def build_membership_sensor(
     configs: Sequence[CohortConfig],
-    jobs: Sequence[dg.JobDefinition],
+    jobs: Sequence[dg.JobDefinition | AssetJob],
     *,
     translator: DagsterCohortTranslator | None = None,
     clock: Clock | None = None,
@@ -193,7 +204,13 @@ def build_membership_sensor(
             seen = groups.get(config.group, GroupCursor())
             groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
             requests += made
-        return dg.SensorResult(run_requests=requests, cursor=MembershipCursor(groups, next_group).to_json())
+        if not requests:
+            context.log.info(f"{len(order)} group(s) checked: no member lost work")
+        return dg.SensorResult(
+            run_requests=requests,
+            cursor=MembershipCursor(groups, next_group).to_json(),
+            skip_reason=None if requests else "no member lost work",
+        )
 
     return membership_sensor
 
@@ -205,7 +222,7 @@ def _missing_keys(instance: dg.DagsterInstance, name: str, count: int) -> list[s
 
 def build_topic_sensor(
     configs: Sequence[CohortConfig],
-    jobs: Sequence[dg.JobDefinition],
+    jobs: Sequence[dg.JobDefinition | AssetJob],
     *,
     translator: DagsterCohortTranslator | None = None,
     clock: Clock | None = None,
@@ -244,13 +261,10 @@ def build_topic_sensor(
             before = seen.get(config.group)
             if now == before:
                 continue
-            for topic, count in now.items():
-                if (before or {}).get(topic) == count:
-                    continue
-                name_ = translator.get_partitions_def_name(config.group, topic)
-                missing = _missing_keys(context.instance, name_, count)
-                if missing:
-                    additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
+            name_ = translator.get_partitions_def_name(config.group)
+            missing = _missing_keys(context.instance, name_, max(now.values(), default=0))
+            if missing:
+                additions.append(dg.AddDynamicPartitionsRequest(name_, missing))
             group: CohortGroupResource = getattr(context.resources, config.resource_key)
             report = everything if config.topic_pattern else now
             rebalanced = group.get_coordinator(clock).report_topic_metadata(config.group, report)
@@ -269,8 +283,13 @@ def build_topic_sensor(
                         tags={GROUP_TAG: config.group, SLOT_TAG: str(slot), GENERATION_TAG: str(generation)},
                     )
                 )
+        if not requests and not additions:
+            context.log.info(f"{len(configs)} group(s): subscribed partition counts unchanged")
         return dg.SensorResult(
-            run_requests=requests, dynamic_partitions_requests=additions, cursor=TopicCursor(seen).to_json()
+            run_requests=requests,
+            dynamic_partitions_requests=additions,
+            cursor=TopicCursor(seen).to_json(),
+            skip_reason=None if requests or additions else "no subscribed topic grew or appeared",
         )
 
     return topic_sensor

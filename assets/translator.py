@@ -10,8 +10,8 @@ Example:
     >>> translator = DagsterCohortTranslator()
     >>> translator.get_asset_key(config.group, "orders").to_user_string()
     'cohort/orders_ingest/orders'
-    >>> translator.get_partitions_def_name(config.group, "orders")
-    'cohort__orders-ingest__orders'
+    >>> translator.get_partitions_def_name(config.group)
+    'cohort__orders-ingest'
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 
 from cohort.common.names import validate_topic_name
+from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 
@@ -35,6 +36,7 @@ __all__ = [
     "DagsterCohortTranslator",
     "RangeMetadata",
     "consumed_offsets",
+    "landed_columns",
     "safe_name",
 ]
 
@@ -48,13 +50,18 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
+_TEXT_FIELDS = frozenset({"partition", "from_offset", "until_offset", "generation"})
+"""Ids and offsets: shown as text, so Dagster does not plot them as if they were measurements."""
+_RUN_FIELDS = frozenset({"run_id", "reported_by"})
+
+
 @dataclass(frozen=True)
 class RangeMetadata:
     """What the materialization of one consumed range of one topic partition records (docs/metadata.md).
 
-    `lag_after` and `start` are known to the run that consumed the range; `reported_by` is set when a later
-    run reported the range from the ledger because the consuming run ended before it could; `gap` describes
-    offsets skipped before the range (deleted by retention).
+    `lag_after`, `start`, `bytes` and `seconds` are known to the run that consumed the range; `reported_by`
+    is set when a later run reported the range from the ledger because the consuming run ended before it
+    could; `gap` describes offsets skipped before the range (deleted by retention).
     """
 
     topic: str
@@ -69,19 +76,47 @@ class RangeMetadata:
     instance_id: str
     run_id: str
     lag_after: int | None = None
+    bytes: int | None = None
+    seconds: float | None = None
     start: str | None = None
     gap: str | None = None
     reported_by: str | None = None
 
     def to_metadata(self) -> dict[str, Any]:
-        """The `cohort/`-prefixed metadata: numbers as int metadata values, text as text, unset keys left out."""
+        """The `cohort/`-prefixed metadata: counts and durations as numbers (they plot per partition), ids
+        and offsets as text, runs as links; unset keys left out."""
         metadata: dict[str, Any] = {}
         for name, value in vars(self).items():
             if value is None:
                 continue
             key = f"{METADATA_PREFIX}{name}"
-            metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else value
+            if name in _TEXT_FIELDS:
+                metadata[key] = str(value)
+            elif name in _RUN_FIELDS:
+                metadata[key] = dg.MetadataValue.dagster_run(value)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                metadata[key] = value
+            else:
+                metadata[key] = dg.MetadataValue.int(value) if isinstance(value, int) else dg.MetadataValue.float(value)
         return metadata
+
+
+def landed_columns(pipeline: PipelineSpec) -> list[tuple[str, str]]:
+    """(name, type) of the sink's columns without a transform: the Kafka coordinates, then the value columns."""
+    columns = [
+        ("kafka.topic", "string"),
+        ("kafka.partition", "int"),
+        ("kafka.offset", "bigint"),
+        ("kafka.timestamp", "timestamp"),
+        ("kafka.key", "binary"),
+        ("kafka.headers", "array<struct<key:string,value:binary>>"),
+    ]
+    return columns + [(f.name, f.dataType.simpleString()) for f in pipeline.value_columns.fields]
+
+
+def table_schema(columns: Sequence[tuple[str, str]]) -> dg.TableSchema:
+    """Dagster's column schema (shown on the asset page) from (name, type) pairs."""
+    return dg.TableSchema(columns=[dg.TableColumn(name, type_) for name, type_ in columns])
 
 
 def consumed_offsets(metadata: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -90,6 +125,8 @@ def consumed_offsets(metadata: Mapping[str, Any]) -> tuple[int, int] | None:
     for name in ("from_offset", "until_offset"):
         entry = metadata.get(f"{METADATA_PREFIX}{name}")
         value = getattr(entry, "value", entry)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             return None
         values.append(value)
@@ -109,8 +146,12 @@ class CohortConfig:
         pipeline: the `PipelineSpec` the workers run.
         known_topics: topics matching the group's pattern when the definitions load (they get assets; later
             ones are consumed at once and get an asset after the next reload).
-        lag_threshold: the lag check fails above this many records per partition.
+        lag_threshold: records a partition may be behind its end offset before the lag check looks at its
+            freshness (default 0).
         schedule: cron of the worker schedule (None: no schedule).
+        freshness_s: the lag check fails for a partition that is more than `lag_threshold` records behind
+            and has had no commit for this many seconds (default one hour: a group on a 15-minute schedule
+            that misses four batches in a row).
     """
 
     group_resource: CohortGroupResource
@@ -118,6 +159,7 @@ class CohortConfig:
     known_topics: Sequence[str] = ()
     lag_threshold: int = 0
     schedule: str | None = "*/15 * * * *"
+    freshness_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_resource, CohortGroupResource):
@@ -131,6 +173,8 @@ class CohortConfig:
             validate_topic_name(topic)
         if self.lag_threshold < 0:
             raise ValueError(f"lag_threshold must be >= 0, got {self.lag_threshold}")
+        if not self.freshness_s > 0:
+            raise ValueError(f"freshness_s must be > 0, got {self.freshness_s}")
 
     @property
     def group(self) -> str:
@@ -174,13 +218,21 @@ class DagsterCohortTranslator:
         """`cohort/<group>/<topic>` (characters Dagster refuses become '_')."""
         return dg.AssetKey(["cohort", safe_name(group), safe_name(topic)])
 
-    def get_partitions_def_name(self, group: str, topic: str) -> str:
-        """The dynamic partition set holding the topic's partition numbers for this group."""
-        return f"cohort__{group}__{topic}"
+    def get_landed_asset_key(self, group: str, topic: str) -> dg.AssetKey:
+        """`cohort/<group>/<topic>_landed`: the topic's records as the sink holds them (Parquet)."""
+        return dg.AssetKey(["cohort", safe_name(group), f"{safe_name(topic)}_landed"])
 
-    def get_partitions_def(self, group: str, topic: str) -> dg.DynamicPartitionsDefinition:
-        """Dynamic partitions keyed by the topic's partition numbers ('0', '1', ...)."""
-        return dg.DynamicPartitionsDefinition(name=self.get_partitions_def_name(group, topic))
+    def get_partitions_def_name(self, group: str) -> str:
+        """The dynamic partition set of the group's assets: the Kafka partition numbers of its topics."""
+        return f"cohort__{group}"
+
+    def get_partitions_def(self, group: str) -> dg.DynamicPartitionsDefinition:
+        """Dynamic partitions keyed by Kafka partition number ('0', '1', ...), one set per group.
+
+        Every asset of the group shares it, so one run (and one Materialize click) covers the whole
+        group; a topic with fewer partitions than another of the same group never fills the higher keys.
+        """
+        return dg.DynamicPartitionsDefinition(name=self.get_partitions_def_name(group))
 
     def get_job_name(self, group: str) -> str:
         """The worker job of the group."""
@@ -198,14 +250,46 @@ class DagsterCohortTranslator:
                 f"Topic {topic!r} as consumed by group {config.group!r}: one partition per Kafka partition; "
                 "each materialization is one committed offset range."
             ),
-            partitions_def=self.get_partitions_def(config.group, topic),
+            partitions_def=self.get_partitions_def(config.group),
             group_name=safe_name(config.group),
             kinds={"kafka", "spark"},
+            skippable=True,
             metadata={
                 f"{METADATA_PREFIX}group": config.group,
                 f"{METADATA_PREFIX}topic": topic,
                 f"{METADATA_PREFIX}worker_slots": dg.MetadataValue.int(config.worker_slots),
             },
+            tags={"cohort/group": safe_name(config.group)},
+        )
+
+    def get_landed_asset_spec(self, config: CohortConfig, topic: str) -> dg.AssetSpec:
+        """The records of one topic as landed in the sink: what a downstream team reads.
+
+        Partitioned like the topic asset (partition key = Kafka partition), so a downstream asset maps
+        partition to partition; its materializations carry the row counts and the path.
+        """
+        metadata: dict[str, Any] = {f"{METADATA_PREFIX}group": config.group, f"{METADATA_PREFIX}topic": topic}
+        if config.pipeline is not None:
+            layout = SinkLayout(config.pipeline.sink_path)
+            root = f"{layout.root}/topic={topic}"
+            metadata[f"{METADATA_PREFIX}sink"] = root
+            metadata["dagster/uri"] = root
+            metadata["dagster/column_schema"] = table_schema(landed_columns(config.pipeline))
+            metadata[f"{METADATA_PREFIX}quarantine"] = f"{config.pipeline.quarantine_root}/topic={topic}"
+        return dg.AssetSpec(
+            key=self.get_landed_asset_key(config.group, topic),
+            description=(
+                f"The records of topic {topic!r} landed by group {config.group!r} as Parquet "
+                f"(`topic=<topic>/partition=<n>/` folders, one per Kafka partition; docs/sink.md)."
+            ),
+            deps=[
+                dg.AssetDep(self.get_asset_key(config.group, topic), partition_mapping=dg.IdentityPartitionMapping())
+            ],
+            partitions_def=self.get_partitions_def(config.group),
+            group_name=safe_name(config.group),
+            kinds={"parquet"},
+            skippable=True,
+            metadata=metadata,
             tags={"cohort/group": safe_name(config.group)},
         )
 
@@ -217,11 +301,16 @@ class DagsterCohortTranslator:
                 CHECK_CONTIGUOUS,
                 asset=key,
                 description="Per partition, the ledger's ranges are contiguous and agree with the "
-                "materializations and with Kafka's committed offsets.",
+                "materializations and with Kafka's committed offsets; a materialization the ledger does not "
+                "account for (no offsets, or offsets it never committed) fails the check, named.",
             ),
             dg.AssetCheckSpec(
                 CHECK_LAG,
                 asset=key,
-                description=f"Per partition, lag (end offset - committed offset) <= {config.lag_threshold}.",
+                description=(
+                    f"Per partition: no more than {config.lag_threshold} records behind the end offset, or a "
+                    f"commit within the last {config.freshness_s:.0f} s (a group that keeps up passes; a stalled "
+                    "one fails)."
+                ),
             ),
         ]

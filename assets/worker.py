@@ -1,15 +1,15 @@
-"""The worker run: one Dagster run of a group's worker job is one member of the group for one batch.
+"""The worker: one member of the group for one batch, and what it reports to Dagster.
 
-It joins the group as its worker slot (a static member), waits (bounded) for its assignment, heartbeats
-while Spark works, runs the batch for exactly its partitions with itself as the fenced ledger, and logs
-one `AssetMaterialization` per consumed topic partition with the `cohort/` metadata (docs/metadata.md). The assignment
-is only known once the run has joined, so the job's op reports materializations of the topic assets'
-partition keys at runtime rather than being launched for a partition key. At the end it leaves the group
-or keeps its static membership (`leave_on_finish`).
+A member joins the group as its worker slot (a static member), waits (bounded) for its assignment,
+heartbeats while Spark works, runs the batch for exactly its partitions with itself as the fenced ledger,
+and leaves the group or keeps its static membership (`leave_on_finish`). The assignment is only known once
+the member has joined, so the runs report materializations of the assets' partition keys at runtime
+(`materializations`): one of the topic asset (the committed range) and one of the landed asset (its rows)
+per consumed partition. `cohort.assets.group_batch` hosts one member per slot in a run.
 
-A rerun the membership sensor requested for a lost run (tag `RERUN_TAG`) first reports, from the ledger,
-the ranges that run committed but did not live to report, so the materializations stay a complete audit
-trail of the ledger.
+Before its batch, every run reports the ranges its slots committed to the ledger that no run reported
+(`unreported_materializations`): a run killed between its commit and its events leaves such ranges, and
+the next run of the slot, a rerun or not, closes the audit gap.
 
 A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the
 worker rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's
@@ -27,12 +27,12 @@ import dagster as dg
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from cohort.assets.audit import materialized_ranges
 from cohort.assets.translator import (
     METADATA_PREFIX,
     CohortConfig,
     DagsterCohortTranslator,
     RangeMetadata,
-    consumed_offsets,
     safe_name,
 )
 from cohort.assignment.coordinator import Coordinator
@@ -47,12 +47,14 @@ from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
 from cohort.pipelines.results import BatchResult
+from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
 
 __all__ = [
+    "ALL_SLOTS",
     "GENERATION_TAG",
     "GROUP_TAG",
     "MAX_ATTEMPTS",
@@ -60,10 +62,11 @@ __all__ = [
     "SLOT_TAG",
     "BatchRunner",
     "WorkerOutcome",
-    "build_worker_job",
-    "ledger_materializations",
+    "landed_materialization",
     "materializations",
+    "op_name",
     "run_worker",
+    "unreported_materializations",
     "worker_run_config",
 ]
 
@@ -112,12 +115,17 @@ class WorkerOutcome:
     attempts: int
 
 
-def worker_run_config(config: CohortConfig, slot: int) -> dict[str, Any]:
-    """The run config launching worker slot `slot` of the group's worker job."""
-    return {"ops": {_op_name(config): {"config": {"slot": slot}}}}
+ALL_SLOTS = "all"
+"""The `slot` config value of a run that hosts every worker slot of the group (what Materialize launches)."""
 
 
-def _op_name(config: CohortConfig) -> str:
+def worker_run_config(config: CohortConfig, slot: int | None = None) -> dict[str, Any]:
+    """The run config of the group's worker job for worker slot `slot` (None: every slot, in one run)."""
+    return {"ops": {op_name(config): {"config": {"slot": ALL_SLOTS if slot is None else str(slot)}}}}
+
+
+def op_name(config: CohortConfig) -> str:
+    """The name of the group's batch op (the multi-asset's node)."""
     return f"cohort_worker_op__{safe_name(config.group)}"
 
 
@@ -128,16 +136,14 @@ def _register_partitions(
     tps: Sequence[TopicPartition],
     counts: Mapping[str, int],
 ) -> None:
-    """Make sure every partition of the assigned topics is a key of the topic's dynamic partition set,
+    """Make sure every partition number of the assigned topics is a key of the group's dynamic partition set,
     added in numeric order so the UI lists them that way (the topic sensor normally did it already).
     Workers of one group starting together race here; a key another worker added first is fine."""
-    for topic in sorted({tp.topic for tp in tps}):
-        name = translator.get_partitions_def_name(config.group, topic)
-        highest = max([tp.partition for tp in tps if tp.topic == topic] + [counts.get(topic, 0) - 1])
-        existing = set(instance.get_dynamic_partitions(name))
-        missing = [str(p) for p in range(highest + 1) if str(p) not in existing]
-        if not missing:
-            continue
+    name = translator.get_partitions_def_name(config.group)
+    highest = max([tp.partition for tp in tps] + [counts.get(tp.topic, 0) - 1 for tp in tps])
+    existing = set(instance.get_dynamic_partitions(name))
+    missing = [str(p) for p in range(highest + 1) if str(p) not in existing]
+    if missing:
         try:
             instance.add_dynamic_partitions(name, missing)
         except sa.exc.IntegrityError:  # another worker of the group added some at the same moment
@@ -289,12 +295,16 @@ def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -
 
 
 def materializations(
-    outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str
+    outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str, sink_root: str | None = None
 ) -> Iterator[dg.AssetMaterialization]:
-    """One materialization per consumed topic partition, with numeric offset metadata (docs/metadata.md)."""
+    """Per consumed topic partition: the topic asset's materialization (the committed range) and the landed
+    asset's (its rows in the sink). A partition with nothing new (an empty range) is not reported: the
+    ledger records no range for it either."""
     if outcome.result is None:
         return
     for part in outcome.result.partitions:
+        if part.until_offset == part.from_offset and part.gap is None:
+            continue
         tp = part.topic_partition
         metadata = RangeMetadata(
             topic=part.topic,
@@ -309,6 +319,8 @@ def materializations(
             instance_id=outcome.instance_id,
             run_id=run_id,
             lag_after=outcome.lag_after.get(tp, 0),
+            bytes=part.bytes,
+            seconds=round(part.seconds, 3),
             start=part.start,
             gap=None
             if part.gap is None
@@ -320,108 +332,92 @@ def materializations(
             description=f"{tp} [{part.from_offset}, {part.until_offset}) by {outcome.instance_id}",
             metadata=metadata.to_metadata(),
         )
+        yield landed_materialization(translator, outcome.group, tp, part.records, part.quarantined, run_id, sink_root)
 
 
-def ledger_materializations(
+def landed_materialization(
+    translator: DagsterCohortTranslator,
+    group: str,
+    tp: TopicPartition,
+    records: int,
+    quarantined: int,
+    run_id: str,
+    sink_root: str | None,
+) -> dg.AssetMaterialization:
+    """The landed asset's materialization for rows a range added to the sink (and to the quarantine)."""
+    metadata: dict[str, Any] = {
+        "dagster/row_count": dg.MetadataValue.int(records),
+        f"{METADATA_PREFIX}quarantined": dg.MetadataValue.int(quarantined),
+        f"{METADATA_PREFIX}run_id": dg.MetadataValue.dagster_run(run_id),
+    }
+    if sink_root is not None:
+        metadata["dagster/uri"] = SinkLayout(sink_root).partition_dir(tp.topic, tp.partition)
+    return dg.AssetMaterialization(
+        asset_key=translator.get_landed_asset_key(group, tp.topic),
+        partition=str(tp.partition),
+        description=f"{records} rows of {tp} landed ({quarantined} quarantined)",
+        metadata=metadata,
+    )
+
+
+def unreported_materializations(
     instance: dg.DagsterInstance,
     coordinator: Coordinator,
-    group: str,
-    lost_run_id: str,
-    translator: DagsterCohortTranslator,
-    run_id: str,
-) -> Iterator[dg.AssetMaterialization]:
-    """Materializations of the ranges run `lost_run_id` committed to the ledger but never reported.
-
-    A run killed after its ledger commit and before its materialization events leaves committed ranges
-    with no entry in the audit trail; its rerun (tagged `RERUN_TAG`) reports them from the ledger, which
-    records the run id, with the committing run's generation, member and counts.
-    """
-    reported = set()
-    for record in instance.get_records_for_run(lost_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
-        event = record.event_log_entry.asset_materialization
-        offsets = consumed_offsets(event.metadata) if event is not None else None
-        if event is not None and offsets is not None:
-            reported.add((event.asset_key, event.partition, *offsets))
-    for entry in coordinator.run_ledger_history(group, lost_run_id):
-        key = translator.get_asset_key(group, entry.topic)
-        if entry.gap_reason is not None or entry.until_offset <= entry.from_offset:
-            continue  # gaps are shown on the range after them; empty ranges are not recorded
-        if (key, str(entry.partition), entry.from_offset, entry.until_offset) in reported:
-            continue
-        yield dg.AssetMaterialization(
-            asset_key=key,
-            partition=str(entry.partition),
-            description=(
-                f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
-                f"{lost_run_id}, which ended before reporting it (reported from the ledger by run {run_id})"
-            ),
-            metadata=RangeMetadata(
-                topic=entry.topic,
-                partition=entry.partition,
-                from_offset=entry.from_offset,
-                until_offset=entry.until_offset,
-                records=entry.records,
-                quarantined=entry.quarantined,
-                group=group,
-                generation=entry.generation,
-                member=entry.member_id or "",
-                instance_id=entry.instance_id or "",
-                run_id=lost_run_id,
-                reported_by=run_id,
-            ).to_metadata(),
-        )
-
-
-def build_worker_job(
     config: CohortConfig,
     translator: DagsterCohortTranslator,
-    *,
-    runner: BatchRunner | None = None,
-) -> dg.JobDefinition:
-    """The group's worker job: one op that is one member for one batch; the slot comes from run config."""
-    group_key = config.resource_key
+    instance_ids: Collection[str],
+    counts: Mapping[str, int],
+    run_id: str,
+    rerun_of: str | None = None,
+) -> Iterator[dg.AssetMaterialization]:
+    """Materializations of ledger ranges that no run reported: those the slots `instance_ids` committed,
+    those committed outside any member (an empty group's standalone commits), and those of `rerun_of`.
 
-    @dg.op(
-        name=_op_name(config),
-        required_resource_keys={group_key, "kafka", "spark"},
-        config_schema={"slot": dg.Field(int, description="Worker slot (1-based); its static instance id.")},
-        description=f"Join group {config.group!r} as a worker slot, consume the assigned partitions, commit.",
-        tags={GROUP_TAG: config.group},
-    )
-    def cohort_worker(context: dg.OpExecutionContext) -> Iterator[Any]:
-        group: CohortGroupResource = getattr(context.resources, group_key)
-        lost_run_id = context.run.tags.get(RERUN_TAG)
-        if lost_run_id:
-            yield from ledger_materializations(
-                context.instance, group.get_coordinator(), config.group, lost_run_id, translator, context.run_id
-            )
-        outcome = run_worker(
-            context,
-            config,
-            translator,
-            group,
-            context.resources.kafka,
-            context.resources.spark,
-            int(context.op_config["slot"]),
-            runner=runner,
-        )
-        yield from materializations(outcome, translator, context.run_id)
-        yield dg.Output(
-            None,
-            metadata={
-                f"{METADATA_PREFIX}generation": dg.MetadataValue.int(outcome.generation),
-                f"{METADATA_PREFIX}partitions": dg.MetadataValue.int(len(outcome.assignment)),
-                f"{METADATA_PREFIX}records": dg.MetadataValue.int(outcome.result.records if outcome.result else 0),
-                f"{METADATA_PREFIX}attempts": dg.MetadataValue.int(outcome.attempts),
-            },
-        )
-
-    @dg.job(
-        name=translator.get_job_name(config.group),
-        description=f"One member of group {config.group!r} for one batch (launch one run per worker slot).",
-        tags={GROUP_TAG: config.group},
-    )
-    def worker_job() -> None:
-        cohort_worker()
-
-    return worker_job
+    A run killed between its ledger commit and its materialization events (or a rerun that died the same
+    way) leaves committed ranges with no entry in the audit trail; every later run of the slot reports
+    them from the ledger, which records the committing run, generation, member and counts.
+    """
+    sink_root = config.pipeline.sink_path if config.pipeline is not None else None
+    for topic, count in sorted(counts.items()):
+        key = translator.get_asset_key(config.group, topic)
+        for partition in range(count):
+            entries = [
+                e
+                for e in coordinator.ledger_history(config.group, topic, partition)
+                if (e.instance_id is None or e.instance_id in instance_ids or (rerun_of and e.run_id == rerun_of))
+                and e.gap_reason is None
+                and e.until_offset > e.from_offset
+            ]
+            if not entries:
+                continue
+            shown = materialized_ranges(instance, key, partition).ranges
+            for entry in entries:
+                if (entry.from_offset, entry.until_offset) in shown:
+                    continue
+                lost = entry.run_id or "unknown"
+                yield dg.AssetMaterialization(
+                    asset_key=key,
+                    partition=str(partition),
+                    description=(
+                        f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
+                        f"{lost} in generation {entry.generation}, which ended before reporting it "
+                        f"(reported from the ledger by run {run_id})"
+                    ),
+                    metadata=RangeMetadata(
+                        topic=entry.topic,
+                        partition=entry.partition,
+                        from_offset=entry.from_offset,
+                        until_offset=entry.until_offset,
+                        records=entry.records,
+                        quarantined=entry.quarantined,
+                        group=config.group,
+                        generation=entry.generation,
+                        member=entry.member_id or "",
+                        instance_id=entry.instance_id or "",
+                        run_id=lost,
+                        reported_by=run_id,
+                    ).to_metadata(),
+                )
+                yield landed_materialization(
+                    translator, config.group, entry.topic_partition, entry.records, entry.quarantined, lost, sink_root
+                )

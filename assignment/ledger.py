@@ -14,8 +14,8 @@ A commit is all or nothing: one refused range refuses the whole call and changes
 last range (the next offset to read).
 
 `OffsetLedger` is what the pipeline codes against (`GroupMember` and `StandaloneLedger` implement it);
-`OffsetMirror` is what `cohort.pipelines.kafka_mirror` implements to copy accepted commits to Kafka, called by the pipeline
-after a successful ledger commit; the coordinator never calls Kafka.
+`OffsetMirror` is what `cohort.pipelines.kafka_mirror` implements to copy accepted commits to Kafka, called by
+the pipeline after a successful ledger commit; the coordinator never calls Kafka.
 
 Example:
     >>> from cohort.common.types import OffsetRange, TopicPartition

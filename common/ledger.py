@@ -40,9 +40,9 @@ class OffsetLedger(Protocol):
 
 @runtime_checkable
 class OffsetMirror(Protocol):
-    """Copies accepted commits to Kafka's committed offsets under the group id (`cohort.pipelines.kafka_mirror` implements it
-    with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after the
-    ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
+    """Copies accepted commits to Kafka's committed offsets under the group id (`cohort.pipelines.kafka_mirror`
+    implements it with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after
+    the ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
 
     def mirror(self, group: str, ranges: Sequence[OffsetRange], *, run_id: str | None) -> None:
         """Commit `until_offset` of each range to Kafka for `group`."""

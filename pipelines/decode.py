@@ -5,27 +5,36 @@ fields of the JSON schema, or a single `value` column) plus a failure reason per
 record decoded). It runs in the executor's Python worker right after the Kafka read, so no JVM work is
 spent on decoding: UTF-8 is checked by one Arrow cast per batch, JSON by msgspec (C) per value.
 
-JSON rules (strict, RFC 8259): a value must be valid UTF-8 holding exactly one JSON object and nothing
-after it; each declared field must have the declared type (no string <-> number coercion; integers must fit
-the declared width; timestamps are ISO 8601 / RFC 3339 strings, UTC when they carry no offset; dates are
-`YYYY-MM-DD`); fields the schema does not declare are ignored; a missing field or JSON `null` is a null,
-which a non-nullable field refuses. A null value (a tombstone) has nothing to decode and is quarantined in
-JSON mode; in `utf8` and `bytes` mode it stays a null `value`.
+JSON rules (strict, RFC 8259; docs/sink.md, "Decoding rules"): a value must be valid UTF-8 holding exactly
+one JSON object and nothing after it (one leading byte order mark is skipped); each declared field must have
+the declared type (no string <-> number coercion; integers must fit the declared width; timestamps are
+RFC 3339 strings, read under the `naive_timestamps` policy when they carry no offset, and a bare date
+`YYYY-MM-DD` is that day's midnight; dates are `YYYY-MM-DD`); a key the schema declares may appear only once
+per object; fields the schema does not declare are ignored; a missing field or JSON `null` is a null, which a
+non-nullable field refuses. A null value (a tombstone) has nothing to decode and is quarantined in JSON mode;
+in `utf8` and `bytes` mode it stays a null `value`.
 
 JSON is parsed and type-checked by msgspec (C), one value at a time into a struct type built from the Spark
 schema, and the fields become Arrow columns in one conversion each; a value that fails gets msgspec's
-message, which names the offending field.
+message, which names the offending field. msgspec keeps the last of repeated keys, so repeats are found
+after it, per batch: a record can repeat a key only if it holds more quote characters than its decoded
+fields account for (counted with numpy), and only such records are searched for the declared names and,
+when one may repeat, parsed again with the standard library, which reports every key.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
+import re
+import zoneinfo
 from dataclasses import dataclass
 from functools import cache, cached_property
 from operator import attrgetter
 from typing import Annotated, Any, Literal, cast
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (
@@ -50,6 +59,7 @@ __all__ = [
     "INTERNAL_PREFIX",
     "KAFKA_COLUMN",
     "KAFKA_FIELDS",
+    "NAIVE_TIMESTAMP_POLICIES",
     "RAW_VALUE_COLUMN",
     "REASON_COLUMN",
     "RESERVED_COLUMNS",
@@ -57,6 +67,7 @@ __all__ = [
     "ValueFormat",
     "arrow_type",
     "kafka_column",
+    "naive_timestamp_policy",
     "value_columns_schema",
 ]
 

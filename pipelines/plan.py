@@ -113,9 +113,10 @@ class PartitionPosition:
     """What the ledger and Kafka say about one partition at planning time.
 
     `committed` is the next offset to read (None: never committed); `low`/`high` are Kafka's first
-    available offset and end offset; `timestamp_offset` answers the timestamp reset policy (the first
-    offset at or after the timestamp, None when no record is that recent); `new` marks a partition
-    added to the topic after the group started consuming it.
+    available offset and end offset (the offset after the last record, as a fetch confirms it: the range
+    up to it holds every record written when it was taken); `timestamp_offset` answers the timestamp
+    reset policy (the first offset at or after the timestamp, None when no record is that recent); `new`
+    marks a partition added to the topic after the group started consuming it.
     """
 
     tp: TopicPartition

@@ -1,6 +1,10 @@
-"""Gathering the planning inputs: the ledger's committed offsets and Kafka's watermarks per partition.
+"""Gathering the planning inputs: the ledger's committed offsets and Kafka's offsets per partition.
 
-The only I/O step of planning; `cohort.pipelines.plan` then decides with plain values.
+The only I/O step of planning; `cohort.pipelines.plan` then decides with plain values. The end offset is
+the one a fetch from the high watermark confirms (`cohort.pipelines.kafka_client.watermarks`), not the
+broker's watermark answer alone: on a broker whose watermark stops at the base offset of the last record
+batch (the embedded Tansu broker), a plan up to the watermark would leave the rest of that batch unread in
+a batch that reports no lag.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ def gather_positions(
     *,
     new_partitions: Collection[TopicPartition] = (),
 ) -> list[PartitionPosition]:
-    """One PartitionPosition per partition: committed offset, watermarks, and the timestamp answer when
-    the reset policy needs one (only for partitions with nothing committed that are not new)."""
+    """One PartitionPosition per partition: committed offset, first available and end offsets, and the
+    timestamp answer when the reset policy needs one (only for partitions with nothing committed that are
+    not new)."""
     tps = sorted({_checked(tp) for tp in partitions})
     if not tps:
         return []

@@ -31,7 +31,8 @@ from pydantic import Field, PrivateAttr, field_validator
 from cohort.assignment.group_state import subscribed_counts
 from cohort.common.names import validate_group_name
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka_client import read_partition_counts, read_watermarks
+from cohort.pipelines.kafka_client import read_partition_counts
+from cohort.pipelines.kafka_client import watermarks as fetched_watermarks
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
 
@@ -188,11 +189,12 @@ class KafkaResource(dg.ConfigurableResource):
         return subscribed_counts(self.partition_counts(), set(topics), pattern)
 
     def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(first available offset, end offset) per partition."""
-        return read_watermarks(self.get_consumer(), partitions, timeout_s=self.request_timeout_s)
+        """(first available offset, end offset) per partition; the end offset is the one a fetch from the
+        high watermark confirms (`cohort.pipelines.kafka_client.watermarks`), so lag counts every record."""
+        return fetched_watermarks(self.client_config(), partitions, timeout_s=self.request_timeout_s)
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """The end offset (high watermark) per partition."""
+        """The end offset per partition (see `watermarks`)."""
         return {tp: high for tp, (_low, high) in self.watermarks(partitions).items()}
 
     def committed_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:

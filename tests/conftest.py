@@ -62,11 +62,11 @@ def topic(topic_factory: Callable[..., str]) -> str:
 
 @pytest.fixture
 def produce_records(kafka_config: dict[str, Any]) -> Callable[..., int]:
-    """Produce (partition, key, value) records, one record per batch so the watermark is exact on Tansu."""
+    """Produce (partition, key, value) records with librdkafka's default batching, as ordinary producers do
+    (`one_per_batch=True`: one record per batch, for a test that needs it and says why)."""
     from cohort.devtools.topics import produce
 
     def send(topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]], **kwargs: Any) -> int:
-        kwargs.setdefault("one_per_batch", True)
         return produce(kafka_config, topic, records, **kwargs)
 
     return send

@@ -49,14 +49,15 @@ def produce(
 ) -> int:
     """Produce (partition, key, value) records and wait for every delivery; returns the count delivered.
 
-    The embedded broker's high watermark is exact only when a partition's last batch holds one record
-    (see cohort/devtools/embedded_broker.py). Records are batched for throughput, but the last record of each
-    partition is held back and sent in a batch of its own after the rest are delivered, so the end
-    offset is exact on Tansu too at the cost of one extra round trip per partition. `one_per_batch`
-    sends every record in its own batch (slow; for tests that need it record by record).
+    An ordinary producer: librdkafka's default batching (`linger.ms` 5, up to 10,000 records a batch), as
+    real applications produce. (The embedded broker's high watermark stops at the base offset of each
+    partition's last batch; Cohort takes end offsets from a fetch, so it reads such batches in full.)
+    `one_per_batch` sends every record in a batch of its own and waits for it (slow): for a test that needs
+    the broker to see the records one request at a time.
     """
     producer_config: dict[str, Any] = {**config, "enable.idempotence": False, "acks": "all"}
-    producer_config |= {"linger.ms": 0} if one_per_batch else {"linger.ms": 20, "batch.num.messages": 10000}
+    if one_per_batch:
+        producer_config["linger.ms"] = 0
     producer = Producer(producer_config)
     errors: list[str] = []
 
@@ -64,32 +65,20 @@ def produce(
         if err is not None:
             errors.append(str(err))
 
-    def send(partition: int, key: bytes | None, value: bytes | None) -> None:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
-                return
-            except BufferError:
-                producer.poll(0.1)
-
-    held: dict[int, tuple[bytes | None, bytes | None]] = {}
     count = 0
     for partition, key, value in records:
         count += 1
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
         if one_per_batch:
-            send(partition, key, value)
             producer.flush(timeout_s)
-            continue
-        previous = held.get(partition)
-        if previous is not None:
-            send(partition, *previous)
-        held[partition] = (key, value)
-        if count % 1000 == 0:
+        elif count % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(timeout_s)
-    for partition, (key, value) in sorted(held.items()):
-        send(partition, key, value)
-        remaining += producer.flush(timeout_s)
     if remaining or errors:
         raise KafkaException(
             f"producing to {topic!r}: {remaining} records undelivered, {len(errors)} failed"

@@ -108,7 +108,7 @@ def _produce_forever(config: dict[str, str], stop: threading.Event, interval_s: 
             value = f'{{"event_id": {sequence}, "user": "user-{sequence % 50}", "kind": "view", "amount": 1.5}}'
             records.append((partition, None, value.encode()))
         with contextlib.suppress(Exception):  # the broker is stopping: nothing to report
-            produce(config, DEMO_TOPIC, records, one_per_batch=True)
+            produce(config, DEMO_TOPIC, records)
 
 
 def main() -> int:

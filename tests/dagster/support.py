@@ -41,6 +41,7 @@ class Setup:
     slots: int = 2
     slow_s: float = 0.0
     lag_threshold: int = 0
+    freshness_s: float = 3600.0
     settings: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -91,6 +92,7 @@ def config_for(setup: Setup) -> CohortConfig:
         known_topics=setup.topics,
         pipeline=spec,
         lag_threshold=setup.lag_threshold,
+        freshness_s=setup.freshness_s,
         schedule="*/5 * * * *",
     )
 

@@ -75,10 +75,13 @@ def test_config_validates_and_translator_can_be_overridden(sqlite_url):
         known_topics=("c.x", "d.y"),
     )
     parts = cohort_assets(config, translator=Flat())
-    assert [s.key for s in parts.assets] == [dg.AssetKey(["lake", "a_b"]), dg.AssetKey(["lake", "c_x"])]
-    assert parts.assets[0].partitions_def.name == "cohort__g__a.b"
-    assert parts.assets[0].metadata["cohort/topic"] == "a.b"
-    assert {c.name for spec in parts.checks for c in spec.check_specs} == {"offsets_contiguous", "lag_under_threshold"}
+    specs = {s.key: s for s in parts.assets.specs}
+    assert [k for k in specs if k.path[0] == "lake"] == [dg.AssetKey(["lake", "a_b"]), dg.AssetKey(["lake", "c_x"])]
+    assert parts.assets.partitions_def is not None and parts.assets.partitions_def.name == "cohort__g"
+    assert specs[dg.AssetKey(["lake", "a_b"])].metadata["cohort/topic"] == "a.b"
+    landed = specs[dg.AssetKey(["cohort", "g", "a_b_landed"])]
+    assert [d.asset_key for d in landed.deps] == [dg.AssetKey(["lake", "a_b"])]
+    assert {c.name for c in parts.assets.check_specs} == {"offsets_contiguous", "lag_under_threshold"}
 
 
 def test_schedule_launches_one_run_per_slot(sqlite_url):
@@ -92,7 +95,7 @@ def test_schedule_launches_one_run_per_slot(sqlite_url):
     assert [r.tags["cohort/slot"] for r in requests] == ["1", "2", "3"]
     assert requests[0].run_key == "orders-ingest:slot-1:scheduled-2026-11-21T12:00:00+00:00"
     assert len({r.run_key for r in requests}) == 3
-    assert requests[1].run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": 2}}}}
+    assert requests[1].run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": "2"}}}}
 
 
 def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kafka_config):
@@ -142,7 +145,7 @@ def test_workers_registering_partitions_at_the_same_moment_do_not_fail(tmp_path)
     from cohort.assets.worker import _register_partitions
 
     translator = DagsterCohortTranslator()
-    name = translator.get_partitions_def_name("g", "t")
+    name = translator.get_partitions_def_name("g")
     ours = dg.DagsterInstance.local_temp(tempdir=str(tmp_path))
     other = dg.DagsterInstance.local_temp(tempdir=str(tmp_path))
     read = ours.get_dynamic_partitions

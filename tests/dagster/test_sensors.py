@@ -117,7 +117,7 @@ def test_failed_run_is_evicted_and_its_slot_rerun_once(sqlite_url, kafka_config,
         request = result.run_requests[0]
         assert request.job_name == T.get_job_name(config.group)
         assert request.run_key == f"{config.group}:slot-1:gen-{generation}:rerun-{failed[:8]}"
-        assert request.run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": 1}}}}
+        assert request.run_config == {"ops": {"cohort_worker_op__orders_ingest": {"config": {"slot": "1"}}}}
         assert request.tags["cohort/rerun_of"] == failed
         described = coordinator.describe_group(config.group)
         assert [m.instance_id for m in described.members] == ["orders-ingest/worker-2"]
@@ -199,10 +199,10 @@ def test_new_topic_matching_a_pattern_adds_partitions_and_requests_runs(
         tick1 = _tick(sensor, instance, resources)
         assert tick1.run_requests == []
         assert [(r.partitions_def_name, list(r.partition_keys)) for r in tick1.dynamic_partitions_requests] == [
-            (T.get_partitions_def_name(config.group, first), ["0", "1"])
+            (T.get_partitions_def_name(config.group), ["0", "1"])
         ]
         assert coordinator.describe_group(config.group).partitions_per_topic.get(first) == 2
-        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group, first), ["0", "1"])
+        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group), ["0", "1"])
 
         _form_group(coordinator, config.group, {1: None}, topics=(), pattern=pattern)
         assert _tick(sensor, instance, resources, cursor=tick1.cursor).run_requests == []
@@ -212,7 +212,7 @@ def test_new_topic_matching_a_pattern_adds_partitions_and_requests_runs(
         tick2 = _tick(sensor, instance, resources, cursor=tick1.cursor)
 
         assert [(r.partitions_def_name, list(r.partition_keys)) for r in tick2.dynamic_partitions_requests] == [
-            (T.get_partitions_def_name(config.group, second), ["0", "1", "2"])
+            (T.get_partitions_def_name(config.group), ["2"])  # one set per group: "0", "1" are there
         ]
         assert sorted(r.tags["cohort/slot"] for r in tick2.run_requests) == ["1", "2", "3"]
         assert all(":gen-1:topics-" in r.run_key for r in tick2.run_requests)
@@ -232,7 +232,7 @@ def test_partition_count_growth_adds_the_new_partitions_and_rebalances(sqlite_ur
         sensor = _topic_sensor([config], clock, kafka)
         tick1 = _tick(sensor, instance, {config.resource_key: group, "kafka": kafka})
         assert [list(r.partition_keys) for r in tick1.dynamic_partitions_requests] == [["0", "1"]]
-        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group, "orders"), ["0", "1"])
+        instance.add_dynamic_partitions(T.get_partitions_def_name(config.group), ["0", "1"])
         _form_group(coordinator, config.group, {1: None, 2: None})
 
         grown = ScriptedKafka(bootstrap_servers="scripted:9092", counts_json='{"orders": 3, "unrelated": 5}')

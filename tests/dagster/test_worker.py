@@ -1,14 +1,22 @@
 """End-to-end worker runs in process: real broker, real Spark, real coordinator store, real Dagster instance."""
 
+import time
+
 import dagster as dg
 import sqlalchemy as sa
 from pyspark.sql import functions as F
 
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
+from cohort.assignment.clock import ManualClock
 from tests.dagster.support import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
+
+
+def _of(result, key):
+    """The run's materializations of asset `key` (the landed-data asset gets its own)."""
+    return [e.materialization for e in result.get_asset_materialization_events() if e.materialization.asset_key == key]
 
 
 def _checks(defs, config, instance):
@@ -32,25 +40,27 @@ def test_worker_materializes_each_assigned_partition_with_offsets(
     key = T.get_asset_key(config.group, topic)
     assert instance.get_materialized_partitions(key) == {"0", "1", "2"}
     by_partition = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.materialization
-        assert materialization.asset_key == key
+    for materialization in _of(result, key):
         by_partition[materialization.partition] = {k: v.value for k, v in materialization.metadata.items()}
         assert isinstance(materialization.metadata["cohort/records"], dg.IntMetadataValue)
     assert sorted(by_partition) == ["0", "1", "2"]
     for p, meta in by_partition.items():
-        assert (meta["cohort/partition"], meta["cohort/from_offset"], meta["cohort/until_offset"]) == (int(p), 0, 10)
+        offsets = (meta["cohort/partition"], meta["cohort/from_offset"], meta["cohort/until_offset"])
+        assert offsets == (p, "0", "10")  # ids and offsets are text: Dagster does not plot them
         assert meta["cohort/lag_after"] == 0
         assert meta["cohort/group"] == config.group
         assert meta["cohort/instance_id"] == f"{config.group}/worker-1"
         assert meta["cohort/run_id"] == result.run_id
-        assert meta["cohort/generation"] >= 1
+        assert int(meta["cohort/generation"]) >= 1
     # records 4 and 7 are malformed: partition 1 (4 % 3) and partition 1 (7 % 3)
     assert (by_partition["1"]["cohort/records"], by_partition["1"]["cohort/quarantined"]) == (8, 2)
     assert sum(m["cohort/records"] + m["cohort/quarantined"] for m in by_partition.values()) == 30
     sink = spark.read.parquet(setup.sink)
     assert sink.count() == 28
     assert sink.select(F.col("kafka.partition"), F.col("kafka.offset")).distinct().count() == 28
+    landed = {m.partition: m.metadata for m in _of(result, T.get_landed_asset_key(config.group, topic))}
+    assert {p: m["dagster/row_count"].value for p, m in landed.items()} == {"0": 10, "1": 8, "2": 10}
+    assert landed["1"]["dagster/uri"].value.endswith(f"topic={topic}/partition=1")
 
     # the ledger, the materializations and Kafka's committed offsets agree; nothing left to consume
     checks = _checks(defs, config, instance)
@@ -61,22 +71,23 @@ def test_worker_materializes_each_assigned_partition_with_offsets(
     produce_records(topic, [(0, None, b'{"id": 100, "kind": "late"}')])
     again = job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance)
     ranges = {
-        e.materialization.partition: (
-            e.materialization.metadata["cohort/from_offset"].value,
-            e.materialization.metadata["cohort/until_offset"].value,
-        )
-        for e in again.get_asset_materialization_events()
+        m.partition: (m.metadata["cohort/from_offset"].value, m.metadata["cohort/until_offset"].value)
+        for m in _of(again, key)
     }
-    assert ranges == {"0": (10, 11), "1": (10, 10), "2": (10, 10)}
+    assert ranges == {"0": ("10", "11")}  # partitions with nothing new are not reported (the ledger has no range)
     assert spark.read.parquet(setup.sink).count() == 29
 
 
 def test_asset_checks_fail_on_a_forged_gap_and_on_lag(make_setup, topic_factory, produce_records, instance, spark):
     topic = topic_factory(2, suffix="forged")
     produce_records(topic, json_records(20, 2))
-    setup = make_setup((topic,), slots=1, lag_threshold=3, settings={"initial_rebalance_delay_s": 0.0})
+    # a partition more than 3 records behind fails the lag check once its last commit is 30 s old: the
+    # checks read a clock one minute ahead of the commits
+    setup = make_setup(
+        (topic,), slots=1, lag_threshold=3, freshness_s=30.0, settings={"initial_rebalance_delay_s": 0.0}
+    )
     config = config_for(setup)
-    defs = definitions_for(setup)
+    defs = definitions_for(setup, clock=ManualClock(time.time() + 60))
     job = defs.resolve_job_def(T.get_job_name(config.group))
     assert job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance).success
     assert all(c.passed for c in _checks(defs, config, instance).values())

@@ -11,7 +11,7 @@ from cohort.pipelines.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_r
 
 
 def test_exact_records_across_many_consume_batches(kafka_config, topic, produce_records):
-    produce_records(topic, [(0, f"k{i}".encode(), f"v{i}".encode()) for i in range(100)], one_per_batch=False)
+    produce_records(topic, [(0, f"k{i}".encode(), f"v{i}".encode()) for i in range(100)])
     batches = list(read_range(kafka_config, OffsetSpan(topic, 0, 13, 90), batch_size=7))
     assert all(b.schema == RECORD_SCHEMA and b.num_rows <= 7 for b in batches)
     assert len(batches) == 11  # 77 records in batches of at most 7
@@ -47,7 +47,7 @@ def test_silence_before_the_end_of_a_span_fails_with_a_clear_error(kafka_config,
 
 def test_spans_split_over_tasks_read_each_offset_once(spark, kafka_config, topic_factory, produce_records):
     topic = topic_factory(2)
-    produce_records(topic, [(i % 2, None, str(i).encode()) for i in range(200)], one_per_batch=False)
+    produce_records(topic, [(i % 2, None, str(i).encode()) for i in range(200)])
     spans = [OffsetSpan(topic, p, a, b) for p in range(2) for a, b in [(0, 30), (30, 31), (31, 100)]]
     frame = read_spans(spark, kafka_config, spans, batch_size=16)
     assert frame.rdd.getNumPartitions() == 6

@@ -86,10 +86,10 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     mid-read: the executor-side `read_range`, after its first batch;
     after-write: the ledger's `commit`, on entry (the sink's ranges are published);
     after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
-    after-mirror: `cohort.assets.worker.materializations`, on entry (ledger and Kafka agree, nothing logged);
+    after-mirror: `cohort.assets.group_batch.materializations`, on entry (ledger and Kafka agree, nothing logged);
     heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.
     """
-    from cohort.assets import worker
+    from cohort.assets import group_batch
     from cohort.assignment.coordinator import Coordinator
     from cohort.assignment.member import GroupMember
     from cohort.pipelines import batch, reader
@@ -119,7 +119,7 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     elif point == "mid-read":
         reader.read_range = _killing_read_range(reader.read_range, kill)
     elif point == "after-mirror":
-        worker.materializations = lambda *args, **kwargs: kill()
+        group_batch.materializations = lambda *args, **kwargs: kill()
     elif point == "heartbeat":
         beat = Coordinator.heartbeat
 

@@ -128,7 +128,6 @@ def _probe_job(kafka: KafkaResource, secret: str, markers: dict[str, str]) -> dg
     return probe
 
 
-
 def _step_errors(result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(e.step_failure_data.error.to_string() for e in result.all_events if e.is_step_failure)
 
@@ -197,7 +196,7 @@ def test_sasl_password_from_env_var_appears_nowhere(
         worked = working.resolve_job_def(worker_job).execute_in_process(
             run_config=worker_run_config(config, 1), instance=instance, tags={"cohort/probe": markers["tag"]}
         )
-        assert len(worked.get_asset_materialization_events()) == 2
+        assert len(worked.get_asset_materialization_events()) == 4  # two partitions: topic and landed assets
         audited = working.resolve_job_def(checks_job).execute_in_process(instance=instance)
         assert [e.passed for e in audited.get_asset_check_evaluations()] == [True, True]
         probe = _probe_job(plain, secret, markers).execute_in_process(

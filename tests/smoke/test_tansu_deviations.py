@@ -14,9 +14,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from cohort.common.types import TopicPartition
-from cohort.devtools.topics import produce
-from cohort.pipelines.kafka_client import watermarks
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.kafka_client import read_watermarks, watermarks
+from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.reader import OffsetSpan, read_range
 
 
@@ -53,25 +53,43 @@ def test_create_partitions_is_unsupported(kafka_config, topic_factory):
     assert info.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
 
 
+def _raw_watermarks(config: dict, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    """The broker's own watermark answer, without the fetch that confirms the end offset."""
+    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex}"})
+    try:
+        return read_watermarks(consumer, tps)
+    finally:
+        consumer.close()
+
+
 def test_high_watermark_is_last_batch_base_plus_one(kafka_config, topic):
-    """Workaround: producers end each partition with a one-record batch; readers stop at `until` or EOF."""
+    """Workaround: end offsets come from a fetch from the watermark (`kafka_client.watermarks`), which returns
+    the rest of the last batch; plans, lag and audits all use them."""
     producer = Producer({**kafka_config, "linger.ms": 2000, "batch.num.messages": 100})
     for i in range(5):
         producer.produce(topic, value=str(i).encode(), partition=0)
     assert producer.flush(15) == 0
-    (low, high) = watermarks(kafka_config, [TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
-    assert (low, high) == (0, 1), "one batch of 5 records: Kafka says 5, Tansu says base offset 0 + 1"
-    # the reader trusts the planned `until`, not the watermark: all five records are there
+    tp = TopicPartition(topic, 0)
+    assert _raw_watermarks(kafka_config, [tp])[tp] == (0, 1), "one batch of 5 records: Kafka says 5, Tansu 0 + 1"
+    assert watermarks(kafka_config, [tp])[tp] == (0, 5), "the fetch from the watermark finds the real end"
     rows = [v for b in read_range(kafka_config, OffsetSpan(topic, 0, 0, 5)) for v in b.column("value").to_pylist()]
     assert rows == [b"0", b"1", b"2", b"3", b"4"]
 
 
-def test_holding_back_the_last_record_makes_the_watermark_exact(kafka_config, topic_factory):
-    """The workaround itself: `produce` sends each partition's last record in a batch of its own."""
-    topic = topic_factory(2)
-    produce(kafka_config, topic, ((i % 2, None, b"x") for i in range(2001)))
-    marks = watermarks(kafka_config, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
-    assert marks == {TopicPartition(topic, 0): (0, 1001), TopicPartition(topic, 1): (0, 1000)}
+def test_end_offsets_confirmed_by_a_fetch_are_exact_after_default_batching(kafka_config, topic_factory):
+    """The workaround itself, with an ordinary producer: the raw watermarks fall short, the fetched ends do not."""
+    topic = topic_factory(3)
+    producer = Producer(kafka_config)  # librdkafka's default batching
+    for i in range(3000):
+        producer.produce(topic, value=b"x", partition=i % 3)
+    assert producer.flush(15) == 0
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    raw = _raw_watermarks(kafka_config, tps)
+    assert any(high < 1000 for _low, high in raw.values()), f"default batching, Tansu's watermarks fall short: {raw}"
+    assert watermarks(kafka_config, tps) == dict.fromkeys(tps, (0, 1000))
+    producer.produce(topic, value=b"y", partition=1)
+    assert producer.flush(15) == 0
+    assert watermarks(kafka_config, tps)[tps[1]] == (0, 1001)
 
 
 def test_offsets_for_times_always_answers_zero(kafka_config, topic, produce_records):
@@ -113,3 +131,13 @@ def test_describe_consumer_groups_lists_no_members(kafka_config, topic, produce_
         assert list(description.members) == []
     finally:
         consumer.close()
+
+
+def test_commit_metadata_is_dropped(kafka_config, topic, produce_records):
+    """Workaround: the run id of a commit lives in the ledger and in the materializations (`cohort/run_id`);
+    nothing reads it back from Kafka's committed-offset metadata, where Kafka keeps it and Tansu does not."""
+    produce_records(topic, [(0, None, b"a"), (0, None, b"b")])
+    group = f"g-{uuid.uuid4().hex}"
+    tp = TopicPartition(topic, 0)
+    KafkaOffsetMirror(kafka_config).mirror(group, [OffsetRange(topic, 0, 0, 2, records=2)], run_id="run-42")
+    assert kafka_committed(kafka_config, group, [tp]) == {tp: (2, None)}, "Kafka answers (2, 'run-42')"

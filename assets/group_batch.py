@@ -1,0 +1,206 @@
+"""The group's assets as one multi-asset: a run of it is a batch of the group, and Materialize starts one.
+
+The topic assets, the landed-data assets and their checks belong to one op, the group's batch op. Its
+`slot` config says which worker slots the run hosts: `all` (the default, what Materialize and a plain
+launch use) hosts one member per slot, each on its own thread with the same Spark session, so the whole
+group works in parallel in one run; `1`..`N` hosts that slot only (what the schedule and the sensors'
+reruns launch, one run per slot). Either way each slot is the group's static member `<group>/worker-<n>`:
+it joins, gets its partitions from the assignor, commits through the fenced ledger, and a second run
+hosting the same slot fences the first, so no offset is committed twice. A run launched for selected
+partition keys still runs the whole group's batch (the protocol, not the selection, decides who reads
+what); its materializations name the partitions actually consumed.
+
+The run first tags itself with its group and slots (manual launches included), reports the ranges its
+slots committed that no run reported, runs the batch, reports every consumed range, then evaluates the
+selected checks. Launched with only checks selected (from the asset page), it runs the checks alone.
+"""
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from cohort.assets.checks import check_results
+from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator
+from cohort.assets.worker import (
+    ALL_SLOTS,
+    GROUP_TAG,
+    RERUN_TAG,
+    SLOT_TAG,
+    BatchRunner,
+    WorkerOutcome,
+    materializations,
+    op_name,
+    run_worker,
+    unreported_materializations,
+)
+from cohort.assignment.clock import Clock
+from cohort.resources.group import CohortGroupResource
+from cohort.resources.kafka import KafkaResource
+from cohort.resources.spark import SparkResource
+
+__all__ = ["SlotFailure", "build_group_assets", "host_slots", "slot_config_type"]
+
+
+def slot_config_type(config: CohortConfig) -> dg.Enum:
+    """`all` or one of the group's slot numbers: Dagster refuses any other value when the run is launched."""
+    values = [dg.EnumValue(ALL_SLOTS, python_value=0, description="every worker slot, in this run")]
+    values += [
+        dg.EnumValue(str(slot), python_value=slot, description=f"worker slot {slot} only")
+        for slot in range(1, config.worker_slots + 1)
+    ]
+    return dg.Enum(f"{op_name(config)}__slot", values)
+
+
+@dataclass(frozen=True)
+class SlotFailure:
+    """A hosted slot whose member failed; the others' work stands."""
+
+    slot: int
+    error: BaseException
+
+
+def host_slots(
+    context: dg.OpExecutionContext,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    group: CohortGroupResource,
+    kafka: KafkaResource,
+    spark: SparkResource,
+    slots: Sequence[int],
+    runner: BatchRunner | None,
+) -> tuple[list[WorkerOutcome], list[SlotFailure]]:
+    """Run one member per slot, each on its own thread (one slot: on this thread), and gather the outcomes."""
+    if len(slots) == 1:
+        return [run_worker(context, config, translator, group, kafka, spark, slots[0], runner=runner)], []
+    spark.get_session()  # started once, before the members share it
+    outcomes: dict[int, WorkerOutcome] = {}
+    failures: list[SlotFailure] = []
+    lock = threading.Lock()
+
+    def member(slot: int) -> None:
+        try:
+            outcome = run_worker(context, config, translator, group, kafka, spark, slot, runner=runner)
+        except BaseException as exc:  # reported below; a failed slot does not stop the others
+            with lock:
+                failures.append(SlotFailure(slot, exc))
+            return
+        with lock:
+            outcomes[slot] = outcome
+
+    threads = [threading.Thread(target=member, args=(s,), name=f"cohort-slot-{s}", daemon=True) for s in slots]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # the run is being terminated: stop Spark's jobs so the members' batches end
+        session = spark.started_session()
+        if session is not None:
+            session.sparkContext.cancelAllJobs()
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
+    return [outcomes[s] for s in sorted(outcomes)], sorted(failures, key=lambda f: f.slot)
+
+
+def build_group_assets(
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    *,
+    runner: BatchRunner | None = None,
+    clock: Clock | None = None,
+) -> dg.AssetsDefinition:
+    """The group's topic and landed-data assets and their checks, computed by the group's batch op."""
+    topics = config.asset_topics
+    specs = [translator.get_asset_spec(config, t) for t in topics]
+    specs += [translator.get_landed_asset_spec(config, t) for t in topics]
+    group_key = config.resource_key
+
+    @dg.multi_asset(
+        name=op_name(config),
+        specs=specs,
+        check_specs=[spec for t in topics for spec in translator.get_check_specs(config, t)],
+        can_subset=True,
+        required_resource_keys={group_key, "kafka", "spark"},
+        config_schema={
+            "slot": dg.Field(
+                slot_config_type(config),
+                default_value=ALL_SLOTS,
+                description="Which worker slots this run hosts: all of them (default), or one (1..N).",
+            )
+        },
+        description=f"A batch of group {config.group!r}: each hosted worker slot joins, consumes, commits.",
+        op_tags={GROUP_TAG: config.group},
+    )
+    def group_batch(context: dg.AssetExecutionContext) -> Iterator[Any]:
+        group: CohortGroupResource = getattr(context.resources, group_key)
+        kafka: KafkaResource = context.resources.kafka
+        spark: SparkResource = context.resources.spark
+        op = context.op_execution_context
+        slot = int(op.op_config["slot"])
+        slots = [slot] if slot else group.slots()
+        if context.selected_asset_keys:
+            yield from _batch(context, config, translator, group, kafka, spark, slots, runner)
+        if context.selected_asset_check_keys:
+            for evaluation in check_results(
+                context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock
+            ):
+                context.log_event(evaluation)
+
+    return group_batch
+
+
+def _batch(
+    context: dg.AssetExecutionContext,
+    config: CohortConfig,
+    translator: DagsterCohortTranslator,
+    group: CohortGroupResource,
+    kafka: KafkaResource,
+    spark: SparkResource,
+    slots: Sequence[int],
+    runner: BatchRunner | None,
+) -> Iterator[Any]:
+    op = context.op_execution_context
+    tags = {GROUP_TAG: config.group, SLOT_TAG: ",".join(str(s) for s in slots)}
+    missing = {k: v for k, v in tags.items() if op.run.tags.get(k) != v}
+    if missing:  # manual launches too: every batch run names its group and slots
+        context.instance.add_run_tags(op.run_id, missing)
+    run_tags = op.run.tags
+    chosen = run_tags.get("dagster/partition") or run_tags.get("dagster/asset_partition_range_start")
+    if chosen is not None:
+        context.log.info(
+            f"launched for partition {chosen}{'...' if 'dagster/asset_partition_range_start' in run_tags else ''}: "
+            f"this runs the batch of the whole group {config.group!r}; the assignor decides which member reads "
+            "which partition"
+        )
+    counts = kafka.subscribed_partition_counts(group.topics, group.topic_pattern)
+    instance_ids = {group.instance_id(s) for s in slots}
+    yield from unreported_materializations(
+        context.instance,
+        group.get_coordinator(),
+        config,
+        translator,
+        instance_ids,
+        counts,
+        op.run_id,
+        rerun_of=run_tags.get(RERUN_TAG),
+    )
+    outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner)
+    sink_root = config.pipeline.sink_path if config.pipeline is not None else None
+    for outcome in outcomes:
+        yield from materializations(outcome, translator, op.run_id, sink_root)
+    summary = {
+        f"{METADATA_PREFIX}slots": ",".join(str(s) for s in slots),
+        f"{METADATA_PREFIX}generation": ",".join(str(o.generation) for o in outcomes) or "-",
+        f"{METADATA_PREFIX}partitions": dg.MetadataValue.int(sum(len(o.assignment) for o in outcomes)),
+        f"{METADATA_PREFIX}records": dg.MetadataValue.int(sum(o.result.records for o in outcomes if o.result)),
+        f"{METADATA_PREFIX}attempts": dg.MetadataValue.int(sum(o.attempts for o in outcomes)),
+    }
+    context.log.info(f"group {config.group!r} batch: {summary}")
+    if failures:
+        first = failures[0]
+        names = ", ".join(f"slot {f.slot}: {type(f.error).__name__}: {f.error}" for f in failures)
+        raise dg.Failure(f"group {config.group!r}: {len(failures)} slot(s) failed ({names})") from first.error
