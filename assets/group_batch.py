@@ -124,6 +124,7 @@ def build_group_assets(
         specs=specs,
         check_specs=[spec for t in topics for spec in translator.get_check_specs(config, t)],
         can_subset=True,
+        backfill_policy=dg.BackfillPolicy.single_run(),  # any partition selection: one run, one group batch
         required_resource_keys={group_key, "kafka", "spark"},
         config_schema={
             "slot": dg.Field(

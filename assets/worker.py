@@ -73,7 +73,9 @@ __all__ = [
 MAX_ATTEMPTS = 3
 SLOT_TAG = "cohort/slot"
 GROUP_TAG = "cohort/group"
-GENERATION_TAG = "cohort/generation"
+GENERATION_TAG = "cohort/requested_in_generation"
+"""Tag of a run a sensor requested: the group generation it saw; the generation that commits is in the run's
+materializations (`cohort/generation`)."""
 RERUN_TAG = "cohort/rerun_of"
 """Tag of a run the membership sensor requested to redo the work of a lost run: the lost run's id."""
 _REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)

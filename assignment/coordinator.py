@@ -272,6 +272,14 @@ class Coordinator:
         validate_topic_name(topic)
         return self.store.history(group, topic, partition)
 
+    def last_committed(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+        """The last committed range per partition (None where nothing was committed): which run committed the
+        offsets the partition's committed offset stands on, so a batch can publish that run's output if the
+        run died between its commit and its publish."""
+        validate_group_name(group)
+        wanted = [TopicPartition(validate_topic_name(tp[0]), tp[1]) for tp in partitions]
+        return self.store.last_ranges(group, wanted)
+
     def run_ledger_history(self, group: str, run_id: str) -> list[LedgerEntry]:
         """Every range one run committed (the ledger records the run id), in commit order: what a run that
         died before reporting its work had done."""
@@ -329,6 +337,10 @@ class StandaloneLedger:
     def committed_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The next offset to read per partition."""
         return self.coordinator.fetch_offsets(self.group, partitions)
+
+    def last_committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+        """The last committed range per partition (`Coordinator.last_committed`)."""
+        return self.coordinator.last_committed(self.group, partitions)
 
     def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
         """Record `ranges` (refused with UNKNOWN_MEMBER_ID while the group has members)."""

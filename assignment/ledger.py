@@ -9,9 +9,12 @@ its record counts (`OffsetRange`). It is accepted only
   committed as a range of its own, [last until, first available), with a `gap_reason` and no records, so
   every partition's history stays contiguous with no hole and no overlap.
 
-A commit is all or nothing: one refused range refuses the whole call and changes nothing. Empty ranges
-(from == until) are accepted and not recorded. The committed offset of a partition is the `until` of its
-last range (the next offset to read).
+A commit is all or nothing: one refused range refuses the whole call and changes nothing. An empty range
+(from == until) passes the same checks. It is recorded only as a partition's *first* range, when the commit
+brings nothing else for that partition: that pins the position the reset policy chose (a `latest` start
+that found nothing), so the next batch starts there instead of applying the policy again and skipping the
+records written in between. Later empty ranges are accepted and not recorded. The committed offset of a
+partition is the `until` of its last range (the next offset to read).
 
 `OffsetLedger` is what the pipeline codes against (`GroupMember` and `StandaloneLedger` implement it);
 `OffsetMirror` is what `cohort.pipelines.kafka_mirror` implements to copy accepted commits to Kafka, called by
@@ -114,6 +117,22 @@ def _fence(group: GroupRecord, req: CommitRequest) -> CoordinatorError | None:
     return None
 
 
+def _recorded(ranges: Sequence[OffsetRange], heads: Mapping[TopicPartition, int | None]) -> list[OffsetRange]:
+    """The ranges the ledger keeps: every non-empty one, and the empty first range of a partition that has
+    nothing committed and gets nothing else in this commit (its starting position)."""
+    with_offsets = {r.topic_partition for r in ranges if r.until_offset > r.from_offset}
+    kept: list[OffsetRange] = []
+    pinned: set[TopicPartition] = set()
+    for r in ranges:
+        tp = r.topic_partition
+        if r.until_offset > r.from_offset:
+            kept.append(r)
+        elif heads.get(tp) is None and tp not in with_offsets and tp not in pinned:
+            pinned.add(tp)
+            kept.append(r)
+    return kept
+
+
 def decide_commit(
     group: GroupRecord | None,
     name: str,
@@ -138,6 +157,7 @@ def decide_commit(
     member = current.members.get(req.member_id) if req.member_id is not None else None
     run_id = req.run_id if req.run_id is not None else (member.client_id if member is not None else None)
     generation = current.generation if member is not None else -1
+    recorded_ranges = _recorded(req.ranges, heads)
     entries = tuple(
         LedgerEntry(
             group=name,
@@ -154,8 +174,7 @@ def decide_commit(
             generation=generation,
             committed_at=ctx.now,
         )
-        for r in req.ranges
-        if r.until_offset > r.from_offset
+        for r in recorded_ranges
     )
     recorded = {e.topic_partition for e in entries}
     changed = {tp: until for tp, until in new_heads.items() if tp in recorded}

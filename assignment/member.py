@@ -49,6 +49,7 @@ from cohort.assignment.errors import (
 from cohort.assignment.messages import (
     JoinComplete,
     JoinPending,
+    LedgerEntry,
     SyncComplete,
     SyncPending,
 )
@@ -243,6 +244,10 @@ class GroupMember:
     def committed_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The next offset to read per partition (None where nothing was committed)."""
         return self.coordinator.fetch_offsets(self.group, partitions)
+
+    def last_committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+        """The last committed range per partition, with the run that committed it (None where nothing was)."""
+        return self.coordinator.last_committed(self.group, partitions)
 
     def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
         """Commit consumed ranges as this member in its generation (`OffsetLedger.commit`).

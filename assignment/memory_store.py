@@ -83,6 +83,11 @@ class MemoryGroupStore:
         with self._lock:
             return list(self._ranges.get((group, TopicPartition(topic, partition)), []))
 
+    def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+        """The last committed range of each partition, None if none."""
+        with self._lock:
+            return {tp: (self._ranges.get((group, tp)) or [None])[-1] for tp in partitions}
+
     def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:
         """Every range the run `run_id` committed, in commit order."""
         with self._lock:

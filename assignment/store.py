@@ -99,6 +99,10 @@ class GroupStore(Protocol):
 
     def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]: ...  # pragma: no cover
 
+    def last_ranges(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LedgerEntry | None]: ...  # pragma: no cover - protocol
+
     def run_history(self, group: str, run_id: str) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
 
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
@@ -355,6 +359,34 @@ class SqlGroupStore:
         )
         with self._read() as conn:
             return [_ledger_entry(r) for r in conn.execute(query)]
+
+    def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+        """The last committed range of each partition (the one ending at its committed offset), None if none."""
+        wanted = sorted(set(partitions))
+        result: dict[TopicPartition, LedgerEntry | None] = dict.fromkeys(wanted)
+        with self._read() as conn:
+            for start in range(0, len(wanted), _CHUNK):
+                chunk = wanted[start : start + _CHUNK]
+                query = (
+                    sa.select(ranges)
+                    .join(
+                        heads,
+                        sa.and_(
+                            heads.c.group_name == ranges.c.group_name,
+                            heads.c.topic == ranges.c.topic,
+                            heads.c.partition == ranges.c.partition,
+                            heads.c.next_offset == ranges.c.until_offset,
+                        ),
+                    )
+                    .where(
+                        heads.c.group_name == group,
+                        sa.tuple_(heads.c.topic, heads.c.partition).in_([(tp.topic, tp.partition) for tp in chunk]),
+                    )
+                    .order_by(ranges.c.id)
+                )
+                for row in conn.execute(query):  # in commit order: the latest range ending at the head wins
+                    result[TopicPartition(row.topic, row.partition)] = _ledger_entry(row)
+        return result
 
     def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:
         """Every range the run `run_id` committed, in commit order."""

@@ -14,13 +14,13 @@ Guarantees (docs/guarantees.md):
   rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
   consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
-- before anything is published, the ledger is asked whether the commit would be accepted (empty ranges at
-  each partition's first offset pass the same fencing and contiguity checks and record nothing): a member
-  expired, fenced or left behind by a rebalance while its batch ran (a zombie) stops there, before its
-  publish could replace the output another member has committed since;
-- ranges are published by directory renames (a rerun replaces an uncommitted leftover), then committed
-  to the ledger in one call; if the ledger refuses (a fenced or stale member), this attempt's published
-  directories are withdrawn and the typed error propagates;
+- the ranges are committed to the ledger in one call before anything is published: a member expired,
+  fenced or left behind by a rebalance while its batch ran (a zombie) is refused there, its staged output
+  is deleted and the typed error propagates; it never moves or deletes anything readers see;
+- only then are the staged ranges moved into place by directory renames (cohort.pipelines.sink). A batch
+  that dies between its commit and its publish leaves its staged output marked with its attempt and its
+  offsets; the next batch of the partition publishes it first, found through the ledger's last committed
+  range and the run that committed it (with a ledger that reports it, `RangeLedger`);
 - the Kafka mirror runs after the ledger commit, for the batch's ranges and the ledger's head of every
   other planned partition (so Kafka catches up with a commit whose mirror never ran); its failure is
   reported in the result, never raised.
@@ -48,10 +48,10 @@ from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
 from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
-from cohort.pipelines.positions import gather_positions
+from cohort.pipelines.positions import RangeLedger, gather_positions
 from cohort.pipelines.reader import read_stats_accumulator
 from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
-from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout
+from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["plan_for", "run_batch"]
@@ -156,15 +156,51 @@ def _commit_ranges(
     return ranges
 
 
-def _check_commit(ledger: OffsetLedger, ranges: Sequence[OffsetRange], run_id: str) -> None:
-    """Raise the ledger's refusal of `ranges` without committing them: an empty range at each partition's
-    first offset goes through the same checks (member, generation, ownership, contiguity) and is not
-    recorded. Publishing deletes range directories overlapping the new ones, which is safe only while
-    nobody has committed past this batch's starting offsets."""
-    firsts: dict[TopicPartition, int] = {}
-    for r in ranges:
-        firsts.setdefault(r.topic_partition, r.from_offset)
-    ledger.commit([OffsetRange(tp.topic, tp.partition, start, start) for tp, start in firsts.items()], run_id=run_id)
+def _commit(ledger: OffsetLedger, ranges: Sequence[OffsetRange], run_id: str) -> None:
+    """Commit `ranges`, the fencing point of the batch. A commit that raised although the ledger holds it (its
+    answer was lost with the connection) counts as done: its output must be published, not deleted."""
+    try:
+        ledger.commit(ranges, run_id=run_id)
+    except Exception:
+        if not _landed(ledger, ranges, run_id):
+            raise
+
+
+def _landed(ledger: OffsetLedger, ranges: Sequence[OffsetRange], run_id: str) -> bool:
+    """Whether every partition's last committed range is this run's last range of it (needs a RangeLedger)."""
+    if not isinstance(ledger, RangeLedger):
+        return False
+    ends = {r.topic_partition: r.until_offset for r in ranges}
+    try:
+        last = ledger.last_committed(sorted(ends))
+    except Exception:
+        return False
+    return all(
+        (entry := last.get(tp)) is not None and entry.run_id == run_id and entry.until_offset == until
+        for tp, until in ends.items()
+    )
+
+
+def _complete_committed(
+    ledger: OffsetLedger, plan: BatchPlan, sink: SinkLayout, quarantine: SinkLayout, fs: SinkFs
+) -> dict[TopicPartition, str]:
+    """Publish each planned partition's last committed range if its run died between its commit and its
+    publish (its output waits in that run's staging); a warning per partition whose committed output is
+    neither in place nor staged. Runs before this batch commits, so only a partition's last range can ever
+    be waiting: every commit follows the publish of the range before it."""
+    if not isinstance(ledger, RangeLedger) or not plan.partitions:
+        return {}
+    warnings: dict[TopicPartition, str] = {}
+    for tp, last in sorted(ledger.last_committed([p.tp for p in plan.partitions]).items()):
+        if last is None or last.run_id is None:
+            continue
+        for layout, count in ((sink, last.records), (quarantine, last.quarantined)):
+            if count and not layout.complete(fs, last.run_id, tp, last.from_offset, last.until_offset):
+                warnings[tp] = (
+                    f"{tp}: committed range [{last.from_offset}, {last.until_offset}) of run {last.run_id} has no "
+                    f"directory under {layout.root} and no staged output left to publish"
+                )
+    return warnings
 
 
 def _mirror_ranges(plan: BatchPlan, ranges: Sequence[OffsetRange], ledger: OffsetLedger) -> list[OffsetRange]:
@@ -185,8 +221,10 @@ def _partition_result(
     stats: Stats,
     written: Mapping[TopicPartition, int],
     quarantined: Mapping[TopicPartition, int],
+    warning: str | None = None,
 ) -> PartitionResult:
     _, size, seconds = stats.get(p.tp, (0, 0, 0.0))
+    warnings = [w for w in (p.warning, warning) if w]
     return PartitionResult(
         topic=p.tp.topic,
         partition=p.tp.partition,
@@ -198,7 +236,7 @@ def _partition_result(
         seconds=seconds,
         start=p.start,
         gap=p.gap,
-        warning=p.warning,
+        warning="; ".join(warnings) or None,
     )
 
 
@@ -313,48 +351,39 @@ def run_batch(
         OffsetOutOfRangeError: committed offsets are gone and `spec.fail_on_data_loss` is set.
         ReadError (inside a Spark error): a range could not be read.
         CountMismatchError: consumed != written + quarantined for some range.
-        CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous), checked
-            before publishing and again at the commit.
+        CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous); nothing
+            was published and the staged output is deleted.
     """
     if (mirror is None) != (group is None):
         raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
     run_id = run_id or uuid.uuid4().hex
-    attempt = uuid.uuid4().hex
+    attempt = attempt_id(run_id)
     stages: dict[str, float] = {}
     with _timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     fs = _file_system(spark, sink, quarantine)
-    published: tuple[list[str], list[str]] = ([], [])
-
-    def withdraw() -> None:
-        sink.withdraw(fs, attempt, published[0])
-        quarantine.withdraw(fs, attempt, published[1])
-
+    committed = published = False
     try:
+        with _timed(stages, "publish"):
+            warnings = _complete_committed(ledger, plan, sink, quarantine, fs)
         stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
         ranges = _commit_ranges(plan, written, quarantined)
         to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
         if ranges:
             with _timed(stages, "commit"):
-                _check_commit(ledger, ranges, run_id)
+                sink.prepare(fs, attempt, to_publish)
+                quarantine.prepare(fs, attempt, to_publish)
+                _commit(ledger, ranges, run_id)
+            committed = True
         with _timed(stages, "publish"):
-            try:
-                published[0].extend(sink.publish(fs, attempt, to_publish))
-                published[1].extend(quarantine.publish(fs, attempt, to_publish))
-            except Exception:
-                withdraw()
-                raise
-        if ranges:
-            with _timed(stages, "commit"):
-                try:
-                    ledger.commit(ranges, run_id=run_id)
-                except Exception:  # refused (fenced, stale): this attempt's output must not stay visible
-                    withdraw()
-                    raise
+            sink_dirs = tuple(sink.publish(fs, attempt, to_publish))
+            quarantine_dirs = tuple(quarantine.publish(fs, attempt, to_publish))
+        published = True
     finally:
-        sink.discard_staging(fs, attempt)
-        quarantine.discard_staging(fs, attempt)
+        if published or not committed:  # committed, not published: the next batch publishes the staged output
+            sink.discard_staging(fs, attempt)
+            quarantine.discard_staging(fs, attempt)
     mirror_error = None
     if mirror is not None and group is not None:
         with _timed(stages, "mirror"):
@@ -366,10 +395,12 @@ def run_batch(
                 mirror_error = f"{type(exc).__name__}: {exc}"
     return BatchResult(
         run_id=run_id,
-        partitions=tuple(_partition_result(p, stats, written, quarantined) for p in plan.partitions),
+        partitions=tuple(
+            _partition_result(p, stats, written, quarantined, warnings.get(p.tp)) for p in plan.partitions
+        ),
         committed=tuple(ranges),
-        sink_dirs=tuple(published[0]),
-        quarantine_dirs=tuple(published[1]),
+        sink_dirs=sink_dirs,
+        quarantine_dirs=quarantine_dirs,
         stage_seconds=stages,
         mirror_error=mirror_error,
     )

@@ -184,35 +184,79 @@ _MSGSPEC_TYPES: dict[type[DataType], Any] = {
     LongType: _bounded(64),
     FloatType: float,
     DoubleType: float,
-    TimestampType: datetime.datetime,
     DateType: datetime.date,
 }
 
+# ----------------------------------------------------------------------------------- naive timestamps
 
-def _msgspec_type(data_type: DataType) -> Any:
+NAIVE_TIMESTAMP_POLICIES: tuple[str, ...] = ("utc", "quarantine")
+"""`naive_timestamps` values besides an IANA time-zone name: a timestamp without an offset is read as UTC, or
+quarantined."""
+
+_TIMESTAMP_TYPES: dict[str, Any] = {
+    "any": datetime.datetime,  # RFC 3339, with or without an offset
+    "aware": Annotated[datetime.datetime, msgspec.Meta(tz=True)],  # an offset is required
+    "text": str,  # read by `_timestamp_from_text` (bare dates)
+}
+
+
+def naive_timestamp_policy(policy: object) -> str:
+    """`policy` checked: 'utc', 'quarantine' or an IANA time-zone name such as 'Europe/Paris'.
+
+    Example:
+        >>> naive_timestamp_policy("Europe/Paris")
+        'Europe/Paris'
+    """
+    if isinstance(policy, str) and policy:
+        if policy in NAIVE_TIMESTAMP_POLICIES:
+            return policy
+        try:
+            _zone(policy)
+            return policy
+        except (KeyError, OSError, ValueError):  # zoneinfo: not found, a directory, not a normalised key
+            pass
+    raise ValueError(
+        f"naive_timestamps must be 'utc', 'quarantine' or an IANA time zone name such as 'Europe/Paris', got {policy!r}"
+    )
+
+
+@cache
+def _zone(policy: str) -> datetime.tzinfo:
+    """The zone a timestamp without an offset is read in under `policy`."""
+    return datetime.UTC if policy in NAIVE_TIMESTAMP_POLICIES else zoneinfo.ZoneInfo(policy)
+
+
+def _msgspec_type(data_type: DataType, timestamps: str) -> Any:
     """The msgspec annotation that accepts exactly the JSON a Spark type's values may be written as."""
     if isinstance(data_type, StructType):
-        return _struct_type(data_type)
+        return _struct_type(data_type, timestamps)
     if isinstance(data_type, ArrayType):
-        return list[_msgspec_type(data_type.elementType) | None]  # type: ignore[misc]
+        return list[_msgspec_type(data_type.elementType, timestamps) | None]  # type: ignore[misc]
+    if isinstance(data_type, TimestampType):
+        return _TIMESTAMP_TYPES[timestamps]
     return _MSGSPEC_TYPES[type(data_type)]
 
 
-def _struct_type(schema: StructType) -> type[msgspec.Struct]:
+def _struct_type(schema: StructType, timestamps: str) -> type[msgspec.Struct]:
     """A msgspec struct with one optional field per schema field (internal names f0, f1, ... renamed to
     the JSON names, which need not be Python identifiers)."""
-    fields = [(f"f{i}", _msgspec_type(f.dataType) | None, None) for i, f in enumerate(schema.fields)]
+    fields = [(f"f{i}", _msgspec_type(f.dataType, timestamps) | None, None) for i, f in enumerate(schema.fields)]
     rename = {f"f{i}": f.name for i, f in enumerate(schema.fields)}
     return msgspec.defstruct("Value", fields, rename=rename, gc=False)
 
 
 @cache
-def _json_decoder(schema_json: str) -> msgspec.json.Decoder:
-    """One msgspec decoder per value schema and process (decoders are not pickled into tasks)."""
-    return msgspec.json.Decoder(_struct_type(StructType.fromJson(__import__("json").loads(schema_json))))
+def _json_decoder(schema_json: str, timestamps: str = "any") -> msgspec.json.Decoder:
+    """One msgspec decoder per value schema, timestamp reading (`_TIMESTAMP_TYPES`) and process (decoders
+    are not pickled into tasks)."""
+    return msgspec.json.Decoder(_struct_type(StructType.fromJson(json.loads(schema_json)), timestamps))
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_AT = re.compile(r" - at `(?P<path>[^`]*)`$")
+_NO_OFFSET = "Expected `datetime` with a timezone component"
+_NOT_A_DATETIME = "Invalid RFC3339 encoded datetime"
 
 
 def _has_timestamp(data_type: DataType) -> bool:
@@ -223,26 +267,70 @@ def _has_timestamp(data_type: DataType) -> bool:
     return isinstance(data_type, TimestampType)
 
 
-def _epoch_micros(value: Any) -> Any:
-    """Datetimes (anywhere in a decoded value) as microseconds since the epoch, UTC when naive: the offset
-    is applied here, exactly, rather than left to each consumer of a Python datetime."""
+def _epoch_micros(value: Any, zone: datetime.tzinfo) -> Any:
+    """Datetimes (anywhere in a decoded value) as microseconds since the epoch, read in `zone` when naive:
+    the offset is applied here, exactly, rather than left to each consumer of a Python datetime. A naive
+    time a clock change skips or repeats in `zone` resolves as `fold=0` does (as java.time does): the
+    offset in force before the change."""
     if isinstance(value, datetime.datetime):
-        delta = (value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)) - _EPOCH
+        delta = (value if value.tzinfo is not None else value.replace(tzinfo=zone)) - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(value, dict):
-        return {k: _epoch_micros(v) for k, v in value.items()}
+        return {k: _epoch_micros(v, zone) for k, v in value.items()}
     if isinstance(value, list):
-        return [_epoch_micros(v) for v in value]
+        return [_epoch_micros(v, zone) for v in value]
     return value
 
 
-def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> tuple[pa.Array, dict[int, str]]:
+class _Refused(Exception):
+    """A value the fallback reading of timestamps refuses; the argument is the record's reason."""
+
+
+def _timestamp_from_text(text: str, path: str, aware: bool, schema: str) -> datetime.datetime:
+    """A timestamp field's text: a bare ISO 8601 date is midnight (naive), anything else RFC 3339."""
+    if _BARE_DATE.fullmatch(text):
+        if aware:
+            raise _Refused(
+                f"timestamp without a time zone at `{path}`: {text!r} is a date (naive_timestamps is 'quarantine')"
+            )
+        try:
+            return datetime.datetime.combine(datetime.date.fromisoformat(text), datetime.time())
+        except ValueError:
+            raise _Refused(f"JSON does not match the value schema {schema}: {_NOT_A_DATETIME} - at `{path}`") from None
+    try:
+        return cast("datetime.datetime", msgspec.convert(text, _TIMESTAMP_TYPES["aware" if aware else "any"]))
+    except msgspec.ValidationError as exc:
+        message = _AT.sub("", str(exc))
+        if message.startswith(_NO_OFFSET):
+            raise _Refused(f"timestamp without a time zone at `{path}` (naive_timestamps is 'quarantine')") from None
+        raise _Refused(f"JSON does not match the value schema {schema}: {message} - at `{path}`") from None
+
+
+def _timestamps_from_text(value: Any, data_type: DataType, path: str, aware: bool, schema: str) -> Any:
+    """`value` decoded with timestamps as text (`_json_decoder(..., "text")`), its timestamps read in place."""
+    if value is None or not _has_timestamp(data_type):
+        return value
+    if isinstance(data_type, TimestampType):
+        return _timestamp_from_text(value, path, aware, schema)
+    if isinstance(data_type, StructType):
+        for k, f in enumerate(data_type.fields):
+            name = f"f{k}"
+            read = _timestamps_from_text(getattr(value, name), f.dataType, f"{path}.{f.name}", aware, schema)
+            setattr(value, name, read)
+        return value
+    element = cast("ArrayType", data_type).elementType
+    return [_timestamps_from_text(e, element, f"{path}[{i}]", aware, schema) for i, e in enumerate(value)]
+
+
+def _column(
+    values: list[Any], data_type: DataType, arrow: pa.DataType, zone: datetime.tzinfo
+) -> tuple[pa.Array, dict[int, str]]:
     """One Arrow column from the decoded Python values of a field, and the rows whose value Arrow cannot
     hold (a string with a lone surrogate escape such as "\\ud800", which UTF-8 cannot encode), nulled."""
     if isinstance(data_type, (StructType, ArrayType)):
         values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
     if _has_timestamp(data_type):
-        values = [_epoch_micros(v) for v in values]
+        values = [_epoch_micros(v, zone) for v in values]
     try:
         return pa.array(values, arrow), {}
     except (UnicodeError, pa.ArrowException, OverflowError, ValueError):
@@ -256,15 +344,162 @@ def _column(values: list[Any], data_type: DataType, arrow: pa.DataType) -> tuple
         return pa.array(values, arrow), refused
 
 
+# ------------------------------------------------------------------------------------- repeated keys
+#
+# msgspec keeps the last value of a repeated key. A record can only repeat a key if it holds more quote
+# characters than its decoded fields account for: each non-null declared field stands for its key's two
+# quotes, and a string-like value (string, timestamp, date) for two more; every other key and string
+# (undeclared fields, nulls) and every escaped quote only adds quotes. Records within that budget (the
+# common case) are cleared by one numpy count per batch; the others are searched for the declared keys
+# (`bytes.count`), and the few where one may repeat are parsed again by the standard library.
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    return array.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _per_row(list_array: pa.Array, per_element: np.ndarray | int) -> np.ndarray | int:
+    """Per-element counts of a list column's flattened values summed per list (0 stays 0)."""
+    if isinstance(per_element, int):
+        return 0
+    parents = np.asarray(pc.list_parent_indices(list_array))
+    return np.bincount(parents, weights=per_element, minlength=len(list_array)).astype(np.int64)
+
+
+def _value_quotes(array: pa.Array, data_type: DataType) -> np.ndarray | int:
+    """Per element: the quotes a value's decoded content accounts for (see above)."""
+    if isinstance(data_type, (StringType, TimestampType, DateType)):
+        return 2 * _valid(array)
+    if isinstance(data_type, StructType):
+        total: np.ndarray | int = 0
+        for child, f in zip(cast("pa.StructArray", array).flatten(), data_type.fields, strict=True):
+            total = total + 2 * _valid(child) + _value_quotes(child, f.dataType)
+        return total
+    if isinstance(data_type, ArrayType):
+        inner = _value_quotes(cast("pa.ListArray", array).flatten(), data_type.elementType)
+        return _per_row(array, inner)
+    return 0
+
+
+def _named(array: pa.Array, data_type: DataType, name: str) -> np.ndarray | int:
+    """Per element: how many non-null fields called `name` the objects inside a value hold."""
+    if isinstance(data_type, StructType):
+        total: np.ndarray | int = 0
+        for child, f in zip(cast("pa.StructArray", array).flatten(), data_type.fields, strict=True):
+            total = total + (_valid(child) if f.name == name else 0) + _named(child, f.dataType, name)
+        return total
+    if isinstance(data_type, ArrayType):
+        return _per_row(array, _named(cast("pa.ListArray", array).flatten(), data_type.elementType, name))
+    return 0
+
+
+def _quotes(values: pa.Array) -> np.ndarray:
+    """The number of `"` bytes in each raw value (numpy over the Arrow buffers; 0 for nulls)."""
+    n = len(values)
+    counts = np.zeros(n, np.int64)
+    data = values.buffers()[2]
+    if n == 0 or data is None:
+        return counts
+    large = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
+    width = 8 if large else 4
+    offsets = np.frombuffer(values.buffers()[1], np.int64 if large else np.int32, n + 1, values.offset * width)
+    start, end = int(offsets[0]), int(offsets[-1])
+    filled = np.flatnonzero(np.diff(offsets))
+    if end > start and len(filled):
+        quotes = (np.frombuffer(data, np.uint8, end - start, start) == 0x22).view(np.uint8)
+        counts[filled] = np.add.reduceat(quotes, offsets[:-1][filled] - start, dtype=np.int64)
+    return counts
+
+
+@dataclass(frozen=True)
+class _KeyPlan:
+    """What the repeated-key search needs of a schema: every declared name (at any depth) as it appears
+    unescaped in JSON, and the names that may legitimately occur more than once in a record."""
+
+    patterns: tuple[tuple[str, bytes], ...]
+    shared: frozenset[str]
+
+
+def _declared(data_type: DataType, in_list: bool, seen: dict[str, int]) -> None:
+    if isinstance(data_type, StructType):
+        for f in data_type.fields:
+            seen[f.name] = seen.get(f.name, 0) + (2 if in_list else 1)
+            _declared(f.dataType, in_list, seen)
+    elif isinstance(data_type, ArrayType):
+        _declared(data_type.elementType, True, seen)
+
+
+@cache
+def _key_plan(schema_json: str) -> _KeyPlan:
+    seen: dict[str, int] = {}
+    _declared(StructType.fromJson(json.loads(schema_json)), False, seen)
+    patterns = tuple((n, json.dumps(n, ensure_ascii=False).encode()) for n in seen)
+    return _KeyPlan(patterns, frozenset(n for n, count in seen.items() if count > 1))
+
+
+_ESCAPED_KEY = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)+"\s*:', re.DOTALL)
+"""A JSON string holding an escape, followed by a colon: a key whose spelling `bytes.count` cannot see."""
+
+
+class _Object(dict[str, Any]):
+    """A JSON object parsed by the standard library, with the keys it repeats."""
+
+    __slots__ = ("repeated",)
+    repeated: frozenset[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    found = _Object(pairs)
+    found.repeated = frozenset()
+    if len(found) != len(pairs):
+        keys = [k for k, _ in pairs]
+        found.repeated = frozenset(k for k in found if keys.count(k) > 1)
+    return found
+
+
+def _repeat_in(value: Any, data_type: DataType, path: str) -> str | None:
+    """The first declared key repeated within `value` (parsed by `_object`), as a reason."""
+    if isinstance(data_type, StructType) and isinstance(value, _Object):
+        for f in data_type.fields:
+            if f.name in value.repeated:
+                return f"duplicate JSON key {f.name!r} in the object at `{path}`: a key may appear only once"
+        for f in data_type.fields:
+            if isinstance(f.dataType, (StructType, ArrayType)):
+                found = _repeat_in(value.get(f.name), f.dataType, f"{path}.{f.name}")
+                if found is not None:
+                    return found
+    elif isinstance(data_type, ArrayType) and isinstance(value, list):
+        for i, element in enumerate(value):
+            found = _repeat_in(element, data_type.elementType, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _repeated_key(value: bytes, schema: StructType) -> str | None:
+    """The standard library's full parse of `value` (which msgspec accepted): a reason if a declared key repeats."""
+    try:
+        return _repeat_in(json.loads(value, object_pairs_hook=_object), schema, "$")
+    except RecursionError:
+        return "value is not valid JSON for this schema: it is nested too deeply to decode"
+    except ValueError:  # what msgspec accepts, the standard library parses; kept for safety
+        return None
+
+
 @dataclass(frozen=True)
 class ValueDecoder:
     """Decodes raw values (Arrow binary) into the value columns with one reason per failed record.
 
-    Pickled into the reading tasks: holds only the format and the Spark schema.
+    Pickled into the reading tasks: holds only the format, the Spark schema and the naive-timestamp policy
+    ('utc', 'quarantine' or an IANA time-zone name; see `naive_timestamp_policy`).
     """
 
     value_format: str
     columns: StructType
+    naive_timestamps: str = "utc"
+
+    def __post_init__(self) -> None:
+        naive_timestamp_policy(self.naive_timestamps)
 
     @cached_property
     def arrow_schema(self) -> pa.Schema:
@@ -284,11 +519,18 @@ class ValueDecoder:
         if self.value_format == "utf8":
             safe = pc.if_else(pa.array(bad_text, pa.bool_()), pa.scalar(None, pa.binary()), values)
             return [safe.cast(pa.string())], reasons
-        return self._decode_json(values.to_pylist(), reasons), reasons
+        return self._decode_json(values, reasons), reasons
 
-    def _decode_json(self, raw: list[bytes | None], reasons: list[str | None]) -> list[pa.Array]:
-        decoder = _json_decoder(self.columns.json())
-        decode, schema = decoder.decode, self.columns.simpleString()
+    def _decode_json(self, values: pa.Array, reasons: list[str | None]) -> list[pa.Array]:
+        raw: list[bytes | None] = values.to_pylist()
+        bom = pc.starts_with(values, "\ufeff")  # a UTF-8 byte order mark: RFC 8259 lets a parser skip it
+        if bom.true_count:
+            for i in np.flatnonzero(bom.fill_null(False).to_numpy(zero_copy_only=False)).tolist():
+                raw[i] = cast("bytes", raw[i])[3:]
+        schema_json = self.columns.json()
+        aware = self.naive_timestamps == "quarantine"
+        decoder = _json_decoder(schema_json, "aware" if aware else "any")
+        decode = decoder.decode
         empty = decoder.type()  # every field None: stands in for records that failed
         decoded: list[Any] = [empty] * len(raw)
         for i, value in enumerate(raw):
@@ -300,26 +542,88 @@ class ValueDecoder:
             try:
                 decoded[i] = decode(value)
             except msgspec.ValidationError as exc:
-                message = str(exc)
-                if message.startswith("Expected `object`"):
-                    reasons[i] = f"value is not a JSON object ({message})"
-                else:
-                    reasons[i] = f"JSON does not match the value schema {schema}: {message}"
+                decoded[i], reasons[i] = self._mismatch(value, str(exc), empty)
             except msgspec.DecodeError as exc:
                 blank = not value.strip()
                 reasons[i] = f"value is not valid JSON: {'it is empty or blank' if blank else exc}"
             except RecursionError:
                 reasons[i] = "value is not valid JSON for this schema: it is nested too deeply to decode"
+        zone = _zone(self.naive_timestamps)
         columns = []
         for k, field in enumerate(self.columns.fields):
             get = attrgetter(f"f{k}")
-            values = list(map(get, decoded))
-            column, refused = _column(values, field.dataType, self.arrow_schema.field(k).type)
+            column, refused = _column(list(map(get, decoded)), field.dataType, self.arrow_schema.field(k).type, zone)
             for i, problem in refused.items():
                 reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
+            columns.append(column)
+        self._find_repeated_keys(values, raw, columns, reasons)
+        for field, column in zip(self.columns.fields, columns, strict=True):
             if not field.nullable and column.null_count:
                 for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()):  # indices: no nulls
                     if reasons[i] is None:
                         reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
-            columns.append(column)
         return columns
+
+    def _mismatch(self, value: bytes, message: str, empty: Any) -> tuple[Any, str | None]:
+        """(decoded value, reason) for a value msgspec parsed but refused for the schema."""
+        schema = self.columns.simpleString()
+        if message.startswith(_NOT_A_DATETIME) and _has_timestamp(self.columns):
+            return self._with_bare_dates(value, schema, empty)
+        if message.startswith(_NO_OFFSET):
+            at = _AT.search(message)
+            path = at["path"] if at else "$"
+            return empty, f"timestamp without a time zone at `{path}` (naive_timestamps is 'quarantine')"
+        if message.startswith("Expected `object`"):
+            return empty, f"value is not a JSON object ({message})"
+        return empty, f"JSON does not match the value schema {schema}: {message}"
+
+    def _with_bare_dates(self, value: bytes, schema: str, empty: Any) -> tuple[Any, str | None]:
+        """Decode again with timestamps as text, reading a bare date as midnight (the rare path)."""
+        aware = self.naive_timestamps == "quarantine"
+        try:
+            loose = _json_decoder(self.columns.json(), "text").decode(value)
+        except msgspec.ValidationError as exc:  # another field is wrong: its message
+            return self._mismatch(value, str(exc), empty)
+        try:
+            return _timestamps_from_text(loose, self.columns, "$", aware, schema), None
+        except _Refused as refused:
+            return empty, str(refused)
+
+    def _find_repeated_keys(
+        self, values: pa.Array, raw: list[bytes | None], columns: list[pa.Array], reasons: list[str | None]
+    ) -> None:
+        """Set the reason of each decoded record that repeats a declared key (see "repeated keys" above)."""
+        budget: np.ndarray | int = 0
+        for column, field in zip(columns, self.columns.fields, strict=True):
+            budget = budget + 2 * _valid(column) + _value_quotes(column, field.dataType)
+        suspects = np.flatnonzero(_quotes(values) > budget)
+        if not len(suspects):
+            return
+        plan = _key_plan(self.columns.json())
+        allowed: dict[str, np.ndarray] = {}
+        for i in suspects.tolist():
+            value = raw[i]
+            if reasons[i] is not None or value is None:
+                continue
+            maybe = b"\\" in value and _ESCAPED_KEY.search(value) is not None
+            for name, pattern in plan.patterns:
+                if maybe:
+                    break
+                count = value.count(pattern)
+                if count > 1:
+                    if name not in plan.shared:
+                        maybe = True
+                    else:
+                        if name not in allowed:
+                            allowed[name] = self._named_per_row(columns, name)
+                        maybe = count > allowed[name][i]
+            if maybe:
+                reasons[i] = _repeated_key(value, self.columns)
+
+    def _named_per_row(self, columns: list[pa.Array], name: str) -> np.ndarray:
+        """Per record: the non-null declared fields called `name` (a name declared at several places or
+        inside an array may occur that often without repeating within an object)."""
+        total: np.ndarray | int = 0
+        for column, field in zip(columns, self.columns.fields, strict=True):
+            total = total + (_valid(column) if field.name == name else 0) + _named(column, field.dataType, name)
+        return np.broadcast_to(np.asarray(total, np.int64), (len(columns[0]),))

@@ -10,7 +10,7 @@ a batch that reports no lag.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cohort.common.ledger import OffsetLedger
 from cohort.common.names import validate_topic_name
@@ -19,7 +19,37 @@ from cohort.pipelines.kafka_client import offsets_for_times, watermarks
 from cohort.pipelines.plan import PartitionPosition, ResetPolicy
 from cohort.pipelines.reader import validate_partition
 
-__all__ = ["gather_positions"]
+__all__ = ["CommittedRange", "RangeLedger", "gather_positions"]
+
+
+class CommittedRange(Protocol):
+    """A committed range as the ledger reports it (the coordinator's `LedgerEntry` is one)."""
+
+    @property
+    def from_offset(self) -> int: ...
+
+    @property
+    def until_offset(self) -> int: ...
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def quarantined(self) -> int: ...
+
+    @property
+    def run_id(self) -> str | None: ...
+
+
+@runtime_checkable
+class RangeLedger(Protocol):
+    """An `OffsetLedger` that also reports each partition's last committed range and the run that committed
+    it (`GroupMember` and `StandaloneLedger` do). With it, a batch publishes a committed range whose run
+    died before publishing it, and tells a commit whose answer was lost from a refused one."""
+
+    def last_committed(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, CommittedRange | None]:
+        """The last committed range per partition, None where nothing was committed."""
+        ...
 
 
 def _checked(tp: TopicPartition) -> TopicPartition:

@@ -1,23 +1,32 @@
-"""The Parquet sink: staged writes moved into place with Hadoop FileSystem renames.
+"""The Parquet sink: staged writes moved into place with file-system renames, after the ledger commit.
 
 Layout under a root (a local path or any Hadoop-compatible URI Spark can write):
 
     <root>/topic=<topic>/partition=<p>/<topic>-<p>-<from>-<until>.parquet/part-*.parquet
 
-one directory per consumed offset range, named by (topic, partition, from, until). A batch writes all its
-ranges once with Spark into `<root>/_staging/<attempt>/topic=<t>/partition=<p>/`, then moves each range's
-directory into place with one rename. Before the move, any range directory of the same partition that
-overlaps the new range is deleted: it can only be the leftover of an attempt whose commit never happened
-(committed ranges end at or before the new range's start), so a rerun replaces rather than duplicates. A
-crash before the move leaves only `_staging`, which Spark's readers ignore (names starting with `_`).
-Each range directory holds an empty `_cohort_attempt=<attempt>` marker, so an attempt whose ledger commit
-is refused withdraws exactly its own directories and never a newer attempt's.
+one directory per committed offset range, named by (topic, partition, from, until). A batch attempt writes
+its ranges into `<root>/_staging/<attempt>/topic=<t>/partition=<p>/`, where the attempt id starts with a
+digest of the run id (`attempt_id`). Before the ledger commit, each staged range gets two empty markers
+(`prepare`): the attempt and the range's offsets. Only after the ledger accepted the commit is each range's
+directory moved into place with one rename (`publish`); a batch whose commit is refused (a zombie) never
+touches anything readers see, and its staging is deleted.
+
+A batch that dies between its commit and its publish leaves committed offsets whose output waits in its
+staging area. The next batch of the partition asks the ledger for the partition's last committed range and
+the run that committed it, finds that run's staged range by its markers and publishes it (`complete`).
+
+Publishing a committed range first deletes the partition's range directories that overlap it and do not
+carry its attempt's marker: they cannot be committed (committed ranges never overlap), so they are leftovers
+of an earlier version of this library, which published before committing. Crashes before the move leave
+only `_staging`, which readers ignore (names starting with `_`).
 
 Topic names are validated (cohort.common.names) before they reach a path; partitions must be ints >= 0.
 """
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,10 +35,22 @@ from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
 from cohort.pipelines.reader import validate_partition
 
-__all__ = ["HadoopFs", "SinkError", "SinkFs", "SinkLayout", "parse_range_dir"]
+__all__ = ["HadoopFs", "SinkError", "SinkFs", "SinkLayout", "attempt_id", "parse_range_dir", "run_tag"]
 
 STAGING = "_staging"
 MARKER_PREFIX = "_cohort_attempt="
+RANGE_PREFIX = "_cohort_range="
+_RUN_TAG_LENGTH = 24
+
+
+def run_tag(run_id: str) -> str:
+    """The hex digest that starts the attempt ids of run `run_id`: how a later batch finds the run's staging."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:_RUN_TAG_LENGTH]
+
+
+def attempt_id(run_id: str) -> str:
+    """A fresh batch attempt id of run `run_id` (alphanumeric: it is a path segment)."""
+    return run_tag(run_id) + uuid.uuid4().hex
 
 
 class SinkError(RuntimeError):
@@ -176,27 +197,59 @@ class SinkLayout:
                 found.append((parsed[2], parsed[3], f"{self.partition_dir(topic, partition)}/{name}"))
         return sorted(found)
 
-    def publish(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
-        """Move each staged range into place (see the module doc), yielding each directory made visible.
-
-        A partition whose staging directory is missing (no rows of that kind) gets no directory, but any
-        overlapping leftover is still removed so the sink matches what the ledger will say.
-        """
+    def prepare(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """Before the ledger commit: mark each staged range with its attempt and its offsets, so that a later
+        batch can publish it if this one dies after its commit (`complete`)."""
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
-            target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
-            for old_from, old_until, old_path in self.range_dirs(fs, tp.topic, tp.partition):
-                overlaps = old_from < until_offset and from_offset < old_until
-                same_empty = old_from == old_until == from_offset == until_offset
-                if overlaps or same_empty:
-                    fs.delete(old_path)
             staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
             if fs.exists(staged):
                 fs.touch(f"{staged}/{MARKER_PREFIX}{attempt}")
-                fs.rename(staged, target)
+                fs.touch(f"{staged}/{RANGE_PREFIX}{from_offset}-{until_offset}")
+
+    def publish(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
+        """Move each committed staged range into place (see the module doc), yielding each directory in place.
+
+        Range directories of the partition that overlap the range and do not carry this attempt's marker are
+        deleted first. A partition whose staging directory is missing (no rows of that kind, or another batch
+        published this attempt's range already) gets no new directory.
+        """
+        for tp, (from_offset, until_offset) in sorted(ranges.items()):
+            target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
+            marker = f"{MARKER_PREFIX}{attempt}"
+            for old_from, old_until, old_path in self.range_dirs(fs, tp.topic, tp.partition):
+                overlaps = old_from < until_offset and from_offset < old_until
+                same_empty = old_from == old_until == from_offset == until_offset
+                if (overlaps or same_empty) and not fs.exists(f"{old_path}/{marker}"):
+                    fs.delete(old_path)
+            staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
+            if fs.exists(staged):
+                if not fs.exists(f"{staged}/{marker}"):
+                    fs.touch(f"{staged}/{marker}")
+                try:
+                    fs.rename(staged, target)
+                except Exception:
+                    if not fs.exists(f"{target}/{marker}"):
+                        raise
+            if fs.exists(f"{target}/{marker}"):  # moved here, or by a batch completing this attempt's commit
                 yield target
 
+    def complete(self, fs: SinkFs, run_id: str, tp: TopicPartition, from_offset: int, until_offset: int) -> bool:
+        """Publish committed range [from, until) of `tp` from the staging of run `run_id` if its directory is not
+        in place (the run died between its commit and its publish); True when the directory is in place."""
+        target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
+        if fs.exists(target):
+            return True
+        tag, marker = run_tag(run_id), f"{RANGE_PREFIX}{from_offset}-{until_offset}"
+        for attempt in fs.list_names(f"{self.root}/{STAGING}"):
+            if not (attempt.isalnum() and attempt.startswith(tag)):
+                continue
+            if fs.exists(f"{self.staged_range_dir(attempt, tp.topic, tp.partition)}/{marker}"):
+                return any(True for _ in self.publish(fs, attempt, {tp: (from_offset, until_offset)}))
+        return False
+
     def withdraw(self, fs: SinkFs, attempt: str, directories: Iterable[str]) -> None:
-        """Delete the given range directories that still carry this attempt's marker."""
+        """Delete the given range directories that still carry this attempt's marker (a clean-up for tools: a
+        batch publishes only what the ledger accepted, so it never withdraws)."""
         for directory in directories:
             if fs.exists(f"{directory}/{MARKER_PREFIX}{attempt}"):
                 fs.delete(directory)

@@ -117,3 +117,47 @@ def test_asset_checks_fail_on_a_forged_gap_and_on_lag(make_setup, topic_factory,
     assert "gap between offset 10 and range [12, 15)" in details
     assert not checks[CHECK_LAG].passed  # partition 1 is 4 records behind, threshold 3
     assert checks[CHECK_LAG].metadata["cohort/max_lag"].value == 4
+
+
+def test_any_later_run_of_the_slot_reports_ranges_that_lost_runs_committed(
+    make_setup, topic_factory, produce_records, instance, spark
+):
+    """Run A of slot 1 committed (and mirrored) [0, 4) of both partitions and died before reporting; its
+    rerun B died too, before reporting anything. The next run of the slot, an ordinary one with no rerun tag,
+    reports A's ranges from the ledger, so the audit closes whoever comes next."""
+    from cohort.assignment.member import GroupMember
+    from cohort.common.types import OffsetRange
+    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
+
+    topic = topic_factory(2, suffix="lost")
+    produce_records(topic, json_records(8, 2))
+    setup = make_setup((topic,), slots=1, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    group = config.group_resource
+    coordinator = group.get_coordinator()
+    coordinator.report_topic_metadata(config.group, {topic: 2})
+    lost = "0a0b0c0d-run-a-died"
+    with GroupMember(
+        coordinator, config.group, group.member_settings(), instance_id=f"{config.group}/worker-1", client_id=lost
+    ) as member:
+        assert sorted(member.join()) == [(topic, 0), (topic, 1)]
+        ranges = [OffsetRange(topic, p, 0, 4, records=4) for p in (0, 1)]
+        member.commit(ranges, run_id=lost)
+    KafkaOffsetMirror({"bootstrap.servers": setup.bootstrap}).mirror(config.group, ranges, run_id=lost)
+    defs = definitions_for(setup)
+    key = T.get_asset_key(config.group, topic)
+    assert instance.get_materialized_partitions(key) == set()  # the rerun B died before reporting anything
+
+    result = defs.resolve_job_def(T.get_job_name(config.group)).execute_in_process(
+        run_config=worker_run_config(config, 1), instance=instance
+    )
+
+    assert result.success
+    reported = {
+        (m.partition, m.metadata["cohort/from_offset"].value, m.metadata["cohort/run_id"].value)
+        for m in _of(result, key)
+    }
+    assert reported == {("0", "0", lost), ("1", "0", lost)}
+    assert all(m.metadata["cohort/reported_by"].value == result.run_id for m in _of(result, key))
+    assert all(c.passed for c in _checks(defs, config, instance).values())
+    group.close()

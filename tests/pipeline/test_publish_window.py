@@ -73,12 +73,15 @@ def test_a_zombie_fenced_at_its_last_moment_leaves_the_live_members_commit_intac
         live.join()  # the slot's next run replaces the zombie (FENCED_INSTANCE_ID for the zombie from now on)
         lives.append(run_batch(spark, _spec(lake), kafka_config, live.assignment, live, run_id="liverun"))
 
-    with zombie, live:
+    try:
         assert zombie.join() == (tp,)
         ledger = _FencedAtTheLastMoment(zombie, rerun_of_the_slot_commits_the_same_offsets)
         with pytest.raises(FencedInstanceIdError):
             run_batch(spark, _spec(lake), kafka_config, [tp], ledger, run_id="zombierun")
         assert ledger.fenced
+    finally:
+        zombie.close()
+        live.close()
 
     (result,) = lives
     assert (result.records, result.committed) == (20, (OffsetRange(topic, 0, 0, 20, records=20),))

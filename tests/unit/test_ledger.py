@@ -110,8 +110,11 @@ def test_all_or_nothing_across_partitions() -> None:
 def test_standalone_commit_on_an_empty_or_missing_group_and_empty_ranges() -> None:
     request = CommitRequest((OffsetRange("t", 0, 0, 4, records=4), OffsetRange("t", 1, 2, 2)), run_id="admin")
     decision = decide_commit(None, "fresh", request, {T0: None, T1: None}, CTX)
-    assert [(e.topic_partition, e.generation, e.run_id) for e in decision.result()] == [(T0, -1, "admin")]
-    assert decision.heads == {T0: 4}  # the empty range is accepted and not recorded
+    assert [(e.topic_partition, e.generation, e.run_id) for e in decision.result()] == [
+        (T0, -1, "admin"),
+        (T1, -1, "admin"),  # the empty first range is T1's starting position
+    ]
+    assert decision.heads == {T0: 4, T1: 2}
     stale = CommitRequest((OffsetRange("t", 0, 0, 4),), generation=2)
     assert isinstance(decide_commit(None, "fresh", stale, {T0: None}, CTX).error, IllegalGenerationError)
 
