@@ -16,6 +16,7 @@ selected checks. Launched with only checks selected (from the asset page), it ru
 """
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +73,14 @@ def host_slots(
     slots: Sequence[int],
     runner: BatchRunner | None,
 ) -> tuple[list[WorkerOutcome], list[SlotFailure]]:
-    """Run one member per slot, each on its own thread (one slot: on this thread), and gather the outcomes."""
-    if len(slots) == 1:
-        return [run_worker(context, config, translator, group, kafka, spark, slots[0], runner=runner)], []
-    spark.get_session()  # started once, before the members share it
+    """Run one member per slot, each on its own thread, and gather the outcomes (one slot: its error is raised).
+
+    The op's thread only waits, so a terminated run's interrupt reaches it at once (a thread interrupted in the
+    middle of a Spark call could make no other until that job ended); it then cancels the Spark jobs, the
+    members' batches fail, the members leave the group and their threads end (`_stop_members`).
+    """
+    if len(slots) > 1:
+        spark.get_session()  # started once, before the members share it
     outcomes: dict[int, WorkerOutcome] = {}
     failures: list[SlotFailure] = []
     lock = threading.Lock()
@@ -95,15 +100,25 @@ def host_slots(
         thread.start()
     try:
         for thread in threads:
-            thread.join()
+            while thread.is_alive():
+                thread.join(timeout=1.0)
     except BaseException:  # the run is being terminated: stop Spark's jobs so the members' batches end
-        session = spark.started_session()
-        if session is not None:
-            session.sparkContext.cancelAllJobs()
-        for thread in threads:
-            thread.join(timeout=60)
+        _stop_members(spark, threads)
         raise
+    if len(slots) == 1 and failures:
+        raise failures[0].error
     return [outcomes[s] for s in sorted(outcomes)], sorted(failures, key=lambda f: f.slot)
+
+
+def _stop_members(spark: SparkResource, threads: Sequence[threading.Thread], timeout_s: float = 60.0) -> None:
+    """Cancel the Spark jobs until every member thread has ended, at most `timeout_s`: a member that was
+    between two jobs (planning, counting) starts the next one after the first cancel. A member still
+    joining ends when its join does; its session then expires."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        while thread.is_alive() and time.monotonic() < deadline:
+            spark.cancel_jobs()
+            thread.join(timeout=1.0)
 
 
 def build_group_assets(

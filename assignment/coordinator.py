@@ -272,7 +272,9 @@ class Coordinator:
         validate_topic_name(topic)
         return self.store.history(group, topic, partition)
 
-    def last_committed(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
+    def last_committed(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LedgerEntry | None]:
         """The last committed range per partition (None where nothing was committed): which run committed the
         offsets the partition's committed offset stands on, so a batch can publish that run's output if the
         run died between its commit and its publish."""

@@ -28,6 +28,7 @@ __all__ = [
     "InvalidOffsetRangeError",
     "InvalidRequestError",
     "InvalidSessionTimeoutError",
+    "InvalidStoreUrlError",
     "LedgerError",
     "MemberIdRequiredError",
     "NonContiguousRangeError",
@@ -35,6 +36,9 @@ __all__ = [
     "PartitionNotOwnedError",
     "RebalanceInProgressError",
     "StaleGroupVersionError",
+    "StoreError",
+    "StoreNotFoundError",
+    "StoreUnavailableError",
     "UnknownMemberIdError",
     "error_for_code",
 ]
@@ -176,6 +180,34 @@ class InvalidOffsetRangeError(LedgerError):
     """A range that cannot be recorded as given (e.g. a gap that claims records)."""
 
     code = "INVALID_OFFSET_RANGE"
+
+
+class StoreError(CoordinatorError):
+    """The coordinator's store cannot be used as given. Its message names the store (password hidden) and
+    the problem, in one line, for operators: the CLI prints it as it is."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+
+
+class InvalidStoreUrlError(StoreError):
+    """The store URL is not a SQLAlchemy URL, names an unknown database, or needs a driver that is not
+    installed."""
+
+    code = "INVALID_CONFIG"
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not be reached or opened: connection refused or timed out, authentication failed, a
+    SQLite file that cannot be opened or is not a database."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class StoreNotFoundError(StoreError):
+    """A store opened without creating it (read-only tools) does not exist: no SQLite file, no Cohort tables."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
 
 
 _BY_CODE: dict[str, type[CoordinatorError]] = {

@@ -86,7 +86,8 @@ class MemoryGroupStore:
     def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
         """The last committed range of each partition, None if none."""
         with self._lock:
-            return {tp: (self._ranges.get((group, tp)) or [None])[-1] for tp in partitions}
+            kept = {tp: self._ranges.get((group, tp)) for tp in partitions}
+            return {tp: entries[-1] if entries else None for tp, entries in kept.items()}
 
     def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:
         """Every range the run `run_id` committed, in commit order."""

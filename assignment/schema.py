@@ -16,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from cohort.assignment.errors import StoreError
+
 __all__ = [
     "BUMP_GROUP",
     "DELETE_MEMBER",
@@ -176,8 +178,10 @@ INSERT_EVENT = sa.insert(events)
 _SCHEMA_LOCK_KEY = 0x636F686F7274  # "cohort": the advisory lock that serialises schema creation on PostgreSQL
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaVersionError(StoreError, RuntimeError):
     """The database holds a newer coordinator schema than this code understands."""
+
+    code = "UNSUPPORTED_VERSION"
 
 
 def create_store_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
@@ -186,11 +190,14 @@ def create_store_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     SQLite: WAL journal, a 30 s busy timeout, `synchronous=NORMAL`, and pysqlite's own transaction
     handling replaced so that every write transaction starts with `BEGIN IMMEDIATE` (the file's write lock
     is taken before the group is read, so two processes never interleave two steps). PostgreSQL
-    (`postgresql+psycopg://`): pre-ping; the group lock is `SELECT ... FOR UPDATE`.
+    (`postgresql+psycopg://`): pre-ping, and with psycopg a 10 s connect timeout unless the URL sets
+    `connect_timeout` (an unreachable host fails in bounded time); the group lock is `SELECT ... FOR UPDATE`.
     """
     parsed = sa.make_url(url)
     if parsed.get_backend_name() != "sqlite":
         kwargs.setdefault("pool_pre_ping", True)
+        if parsed.get_driver_name() in ("psycopg", "psycopg2") and "connect_timeout" not in parsed.query:
+            kwargs["connect_args"] = {"connect_timeout": 10, **kwargs.get("connect_args", {})}
         return sa.create_engine(parsed, **kwargs)
     if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # e.g. sqlite:///.cohort/cohort.db

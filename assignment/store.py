@@ -18,10 +18,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -36,7 +38,13 @@ from cohort.assignment.codec import (
     event_from_row,
     event_row,
 )
-from cohort.assignment.errors import StaleGroupVersionError
+from cohort.assignment.errors import (
+    InvalidStoreUrlError,
+    StaleGroupVersionError,
+    StoreError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from cohort.assignment.group_state import GroupEvent, GroupRecord
 from cohort.assignment.messages import Decision, LedgerEntry
 from cohort.assignment.schema import (
@@ -152,8 +160,25 @@ class SqlGroupStore:
 
     @classmethod
     def from_url(cls, url: str | sa.URL, *, create: bool = True, **engine_kwargs: Any) -> SqlGroupStore:
-        """A store on `url` (`sqlite:///path.db` or `postgresql+psycopg://user@host/db`)."""
-        return cls(create_store_engine(url, **engine_kwargs), create=create)
+        """A store on `url` (`sqlite:///path.db` or `postgresql+psycopg://user@host/db`).
+
+        With `create=False` the store must exist (the operator's read-only tools): nothing is created, no
+        SQLite file or directory and no table, and a missing store raises `StoreNotFoundError`. A URL that
+        cannot be used raises `InvalidStoreUrlError`, a store that cannot be reached or opened
+        `StoreUnavailableError`: `StoreError`s with a one-line message naming the store, password hidden.
+        """
+        engine = _open_engine(url, create, engine_kwargs)
+        try:
+            store = cls(engine, create=create)
+            if not create:
+                _require_schema(store, _shown(url))
+            return store
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise StoreUnavailableError(f"cannot open the store {_shown(url)}: {_cause(exc)}") from exc
+        except BaseException:
+            engine.dispose()
+            raise
 
     def close(self) -> None:
         """Release the engine's connections."""
@@ -418,3 +443,77 @@ def _ledger_entry(r: Any) -> LedgerEntry:
         generation=r.generation,
         committed_at=r.committed_at,
     )
+
+
+# ------------------------------------------------------------------------------------ opening a store
+
+
+def _shown(url: str | sa.URL) -> str:
+    """`url` as messages show it: its password hidden."""
+    try:
+        parsed = sa.make_url(url)
+        return str(url) if isinstance(url, str) and parsed.password is None else parsed.render_as_string()
+    except (sa.exc.ArgumentError, ValueError):  # not a URL: hide what looks like a password all the same
+        return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", str(url))
+
+
+def _cause(exc: sa.exc.DBAPIError) -> str:
+    """The database's own message, on one line."""
+    text = " ".join(str(exc.orig if exc.orig is not None else exc).split())
+    return text if len(text) <= 300 else f"{text[:297]}..."
+
+
+def _open_engine(url: str | sa.URL, create: bool, engine_kwargs: dict[str, Any]) -> Engine:
+    """The engine on `url`, with the URL's problems as `InvalidStoreUrlError` (parsing, dialect, driver)
+    and, without `create`, a SQLite file that does not exist as `StoreNotFoundError` (before anything is
+    created)."""
+    shown = _shown(url)
+    try:
+        parsed = sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        raise InvalidStoreUrlError(
+            f"the store URL {shown!r} is not a SQLAlchemy URL; give one such as sqlite:////var/lib/cohort/cohort.db "
+            "or postgresql+psycopg://user@host:5432/cohort"
+        ) from None
+    database = parsed.database or ""
+    sqlite_file = database not in ("", ":memory:") and not database.startswith("file:")
+    on_disk = parsed.get_backend_name() == "sqlite" and sqlite_file
+    if not create and on_disk and not Path(database).is_file():
+        raise StoreNotFoundError(f"the store {shown} does not exist: there is no file {Path(database).absolute()}")
+    try:
+        return create_store_engine(parsed, **engine_kwargs)
+    except sa.exc.NoSuchModuleError:
+        raise InvalidStoreUrlError(
+            f"the store URL {shown} names a database SQLAlchemy does not know ({parsed.drivername!r}); "
+            "the store runs on sqlite:/// and postgresql+psycopg://"
+        ) from None
+    except ImportError as exc:
+        raise InvalidStoreUrlError(
+            f"the store URL {shown} needs a database driver that is not installed ({exc}); install it, or name "
+            "an installed one (postgresql+psycopg:// uses psycopg 3, which Cohort installs)"
+        ) from None
+    except (sa.exc.ArgumentError, ValueError, TypeError) as exc:
+        raise InvalidStoreUrlError(f"the store URL {shown} cannot be used: {exc}") from None
+    except OSError as exc:  # the SQLite file's directory cannot be created
+        raise StoreUnavailableError(f"cannot open the store {shown}: {exc}") from None
+
+
+def _require_schema(store: SqlGroupStore, shown: str) -> None:
+    """Refuse a store that holds no coordinator tables, or tables of another schema version, without
+    creating or migrating anything."""
+    with store._read() as conn:
+        found = None
+        if sa.inspect(conn).has_table("cohort_schema_version"):
+            query = sa.text("SELECT version FROM cohort_schema_version WHERE component = 'coordinator'")
+            found = conn.execute(query).scalar()
+    if found is None:
+        raise StoreNotFoundError(f"the store {shown} holds no Cohort tables: no group has used it yet")
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the store {shown} holds coordinator schema version {found}; this code supports up to {SCHEMA_VERSION}"
+        )
+    if found < SCHEMA_VERSION:
+        raise StoreError(
+            f"the store {shown} holds coordinator schema version {found}, older than this code's "
+            f"{SCHEMA_VERSION}: a worker of this version upgrades it on its first run"
+        )

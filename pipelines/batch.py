@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from pyspark import StorageLevel
 
@@ -195,7 +195,7 @@ def _complete_committed(
         if last is None or last.run_id is None:
             continue
         for layout, count in ((sink, last.records), (quarantine, last.quarantined)):
-            if count and not layout.complete(fs, last.run_id, tp, last.from_offset, last.until_offset):
+            if count and not layout.complete(fs, last.run_id, tp, last.from_offset, last.until_offset, count):
                 warnings[tp] = (
                     f"{tp}: committed range [{last.from_offset}, {last.until_offset}) of run {last.run_id} has no "
                     f"directory under {layout.root} and no staged output left to publish"
@@ -363,7 +363,7 @@ def run_batch(
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     fs = _file_system(spark, sink, quarantine)
-    committed = published = False
+    step: Literal["staging", "committing", "refused", "committed", "published"] = "staging"
     try:
         with _timed(stages, "publish"):
             warnings = _complete_committed(ledger, plan, sink, quarantine, fs)
@@ -374,14 +374,20 @@ def run_batch(
             with _timed(stages, "commit"):
                 sink.prepare(fs, attempt, to_publish)
                 quarantine.prepare(fs, attempt, to_publish)
-                _commit(ledger, ranges, run_id)
-            committed = True
+                step = "committing"
+                try:
+                    _commit(ledger, ranges, run_id)
+                except Exception:
+                    step = "refused"  # the ledger does not hold it (as far as it can tell)
+                    raise
+            step = "committed"
         with _timed(stages, "publish"):
             sink_dirs = tuple(sink.publish(fs, attempt, to_publish))
             quarantine_dirs = tuple(quarantine.publish(fs, attempt, to_publish))
-        published = True
+        step = "published"
     finally:
-        if published or not committed:  # committed, not published: the next batch publishes the staged output
+        # Committed (or perhaps committed) and not published: the staged output waits for the next batch.
+        if step in ("staging", "refused", "published"):
             sink.discard_staging(fs, attempt)
             quarantine.discard_staging(fs, attempt)
     mirror_error = None

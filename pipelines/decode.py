@@ -329,8 +329,8 @@ def _column(
     hold (a string with a lone surrogate escape such as "\\ud800", which UTF-8 cannot encode), nulled."""
     if isinstance(data_type, (StructType, ArrayType)):
         values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
-    if _has_timestamp(data_type):
-        values = [_epoch_micros(v, zone) for v in values]
+    if _has_timestamp(data_type) and not (zone is datetime.UTC and isinstance(data_type, TimestampType)):
+        values = [_epoch_micros(v, zone) for v in values]  # (Arrow converts a flat column exactly, naive as UTC)
     try:
         return pa.array(values, arrow), {}
     except (UnicodeError, pa.ArrowException, OverflowError, ValueError):
@@ -346,28 +346,24 @@ def _column(
 
 # ------------------------------------------------------------------------------------- repeated keys
 #
-# msgspec keeps the last value of a repeated key. A record can only repeat a key if it holds more quote
-# characters than its decoded fields account for: each non-null declared field stands for its key's two
-# quotes, and a string-like value (string, timestamp, date) for two more; every other key and string
-# (undeclared fields, nulls) and every escaped quote only adds quotes. Records within that budget (the
-# common case) are cleared by one numpy count per batch; the others are searched for the declared keys
-# (`bytes.count`), and the few where one may repeat are parsed again by the standard library.
+# msgspec keeps the last value of a repeated key; a repeat is refused here, after it, in three steps.
+# 1. Per batch, with numpy: a value holds 2 quote characters per key and per string, plus one per escaped
+#    quote. Its decoded columns account for 2 per non-null declared field (its key) and 2 more per non-null
+#    string, timestamp or date (its value). A value with no more quotes than that has as many keys as
+#    distinct declared fields: no key repeats. That clears the common case without touching a record.
+# 2. Each remaining record (undeclared fields, nulls, escaped quotes) is parsed by msgspec into plain
+#    objects and encoded again, in C: dropping a repeated key drops its quotes, so fewer quotes after the
+#    round trip means a repeat (a `\u0022` escape, the only way a string gains quotes on the way, is
+#    passed on to step 3).
+# 3. Those few are parsed again by the standard library, which sees every key, to name the repeat.
 
 
 def _valid(array: pa.Array) -> np.ndarray:
     return array.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _per_row(list_array: pa.Array, per_element: np.ndarray | int) -> np.ndarray | int:
-    """Per-element counts of a list column's flattened values summed per list (0 stays 0)."""
-    if isinstance(per_element, int):
-        return 0
-    parents = np.asarray(pc.list_parent_indices(list_array))
-    return np.bincount(parents, weights=per_element, minlength=len(list_array)).astype(np.int64)
-
-
 def _value_quotes(array: pa.Array, data_type: DataType) -> np.ndarray | int:
-    """Per element: the quotes a value's decoded content accounts for (see above)."""
+    """Per element: the quotes a decoded value accounts for (step 1 above)."""
     if isinstance(data_type, (StringType, TimestampType, DateType)):
         return 2 * _valid(array)
     if isinstance(data_type, StructType):
@@ -377,19 +373,10 @@ def _value_quotes(array: pa.Array, data_type: DataType) -> np.ndarray | int:
         return total
     if isinstance(data_type, ArrayType):
         inner = _value_quotes(cast("pa.ListArray", array).flatten(), data_type.elementType)
-        return _per_row(array, inner)
-    return 0
-
-
-def _named(array: pa.Array, data_type: DataType, name: str) -> np.ndarray | int:
-    """Per element: how many non-null fields called `name` the objects inside a value hold."""
-    if isinstance(data_type, StructType):
-        total: np.ndarray | int = 0
-        for child, f in zip(cast("pa.StructArray", array).flatten(), data_type.fields, strict=True):
-            total = total + (_valid(child) if f.name == name else 0) + _named(child, f.dataType, name)
-        return total
-    if isinstance(data_type, ArrayType):
-        return _per_row(array, _named(cast("pa.ListArray", array).flatten(), data_type.elementType, name))
+        if isinstance(inner, int):  # no string-like element: nothing to count
+            return inner
+        parents = np.asarray(pc.list_parent_indices(array))
+        return np.bincount(parents, weights=inner, minlength=len(array)).astype(np.int64)
     return 0
 
 
@@ -397,89 +384,73 @@ def _quotes(values: pa.Array) -> np.ndarray:
     """The number of `"` bytes in each raw value (numpy over the Arrow buffers; 0 for nulls)."""
     n = len(values)
     counts = np.zeros(n, np.int64)
-    data = values.buffers()[2]
-    if n == 0 or data is None:
+    _validity, offsets_buffer, data = values.buffers()[:3]
+    if n == 0 or offsets_buffer is None or data is None:
         return counts
     large = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
-    width = 8 if large else 4
-    offsets = np.frombuffer(values.buffers()[1], np.int64 if large else np.int32, n + 1, values.offset * width)
+    width = np.dtype(np.int64 if large else np.int32)
+    offsets = np.frombuffer(memoryview(offsets_buffer), width, n + 1, values.offset * width.itemsize).astype(np.int64)
     start, end = int(offsets[0]), int(offsets[-1])
     filled = np.flatnonzero(np.diff(offsets))
     if end > start and len(filled):
-        quotes = (np.frombuffer(data, np.uint8, end - start, start) == 0x22).view(np.uint8)
-        counts[filled] = np.add.reduceat(quotes, offsets[:-1][filled] - start, dtype=np.int64)
+        quotes = (np.frombuffer(memoryview(data), np.uint8, end - start, start) == 0x22).view(np.uint8)
+        counts[filled] = np.add.reduceat(quotes, offsets[:-1][filled] - start, dtype=np.int32)
     return counts
 
 
-@dataclass(frozen=True)
-class _KeyPlan:
-    """What the repeated-key search needs of a schema: every declared name (at any depth) as it appears
-    unescaped in JSON, and the names that may legitimately occur more than once in a record."""
-
-    patterns: tuple[tuple[str, bytes], ...]
-    shared: frozenset[str]
+_plain = msgspec.json.Decoder().decode
+_compact = msgspec.json.Encoder().encode
 
 
-def _declared(data_type: DataType, in_list: bool, seen: dict[str, int]) -> None:
-    if isinstance(data_type, StructType):
-        for f in data_type.fields:
-            seen[f.name] = seen.get(f.name, 0) + (2 if in_list else 1)
-            _declared(f.dataType, in_list, seen)
-    elif isinstance(data_type, ArrayType):
-        _declared(data_type.elementType, True, seen)
-
-
-@cache
-def _key_plan(schema_json: str) -> _KeyPlan:
-    seen: dict[str, int] = {}
-    _declared(StructType.fromJson(json.loads(schema_json)), False, seen)
-    patterns = tuple((n, json.dumps(n, ensure_ascii=False).encode()) for n in seen)
-    return _KeyPlan(patterns, frozenset(n for n, count in seen.items() if count > 1))
-
-
-_ESCAPED_KEY = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)+"\s*:', re.DOTALL)
-"""A JSON string holding an escape, followed by a colon: a key whose spelling `bytes.count` cannot see."""
+def _may_repeat(value: bytes) -> bool:
+    """Step 2 above: whether `value` (valid JSON) may repeat a key."""
+    try:
+        return value.count(b'"') > _compact(_plain(value)).count(b'"') or b"\\u0022" in value
+    except (msgspec.MsgspecError, RecursionError):
+        return True
 
 
 class _Object(dict[str, Any]):
-    """A JSON object parsed by the standard library, with the keys it repeats."""
+    """A JSON object parsed by the standard library, with the first key it repeats (or None)."""
 
     __slots__ = ("repeated",)
-    repeated: frozenset[str]
+    repeated: str | None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> _Object:
     found = _Object(pairs)
-    found.repeated = frozenset()
+    found.repeated = None
     if len(found) != len(pairs):
-        keys = [k for k, _ in pairs]
-        found.repeated = frozenset(k for k in found if keys.count(k) > 1)
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                found.repeated = key
+                break
+            seen.add(key)
     return found
 
 
-def _repeat_in(value: Any, data_type: DataType, path: str) -> str | None:
-    """The first declared key repeated within `value` (parsed by `_object`), as a reason."""
-    if isinstance(data_type, StructType) and isinstance(value, _Object):
-        for f in data_type.fields:
-            if f.name in value.repeated:
-                return f"duplicate JSON key {f.name!r} in the object at `{path}`: a key may appear only once"
-        for f in data_type.fields:
-            if isinstance(f.dataType, (StructType, ArrayType)):
-                found = _repeat_in(value.get(f.name), f.dataType, f"{path}.{f.name}")
-                if found is not None:
-                    return found
-    elif isinstance(data_type, ArrayType) and isinstance(value, list):
-        for i, element in enumerate(value):
-            found = _repeat_in(element, data_type.elementType, f"{path}[{i}]")
+def _repeat_in(value: Any, path: str) -> str | None:
+    """The first repeated key within `value` (parsed with `_object`), depth first, as a reason."""
+    if isinstance(value, _Object):
+        if value.repeated is not None:
+            return f"duplicate JSON key {value.repeated!r} in the object at `{path}`: a key may appear only once"
+        for key, item in value.items():
+            found = _repeat_in(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _repeat_in(item, f"{path}[{i}]")
             if found is not None:
                 return found
     return None
 
 
-def _repeated_key(value: bytes, schema: StructType) -> str | None:
-    """The standard library's full parse of `value` (which msgspec accepted): a reason if a declared key repeats."""
+def _repeated_key(value: bytes) -> str | None:
+    """Step 3 above: the standard library's parse of `value` (valid JSON), a reason if a key repeats."""
     try:
-        return _repeat_in(json.loads(value, object_pairs_hook=_object), schema, "$")
+        return _repeat_in(json.loads(value, object_pairs_hook=_object), "$")
     except RecursionError:
         return "value is not valid JSON for this schema: it is nested too deeply to decode"
     except ValueError:  # what msgspec accepts, the standard library parses; kept for safety
@@ -592,38 +563,14 @@ class ValueDecoder:
     def _find_repeated_keys(
         self, values: pa.Array, raw: list[bytes | None], columns: list[pa.Array], reasons: list[str | None]
     ) -> None:
-        """Set the reason of each decoded record that repeats a declared key (see "repeated keys" above)."""
+        """Set the reason of each decoded record that repeats a key (see "repeated keys" above)."""
         budget: np.ndarray | int = 0
         for column, field in zip(columns, self.columns.fields, strict=True):
-            budget = budget + 2 * _valid(column) + _value_quotes(column, field.dataType)
-        suspects = np.flatnonzero(_quotes(values) > budget)
-        if not len(suspects):
-            return
-        plan = _key_plan(self.columns.json())
-        allowed: dict[str, np.ndarray] = {}
-        for i in suspects.tolist():
+            if column.null_count == 0 and not isinstance(field.dataType, (StructType, ArrayType)):
+                budget = budget + (4 if isinstance(field.dataType, (StringType, TimestampType, DateType)) else 2)
+            else:
+                budget = budget + 2 * _valid(column) + _value_quotes(column, field.dataType)
+        for i in np.flatnonzero(_quotes(values) > budget).tolist():
             value = raw[i]
-            if reasons[i] is not None or value is None:
-                continue
-            maybe = b"\\" in value and _ESCAPED_KEY.search(value) is not None
-            for name, pattern in plan.patterns:
-                if maybe:
-                    break
-                count = value.count(pattern)
-                if count > 1:
-                    if name not in plan.shared:
-                        maybe = True
-                    else:
-                        if name not in allowed:
-                            allowed[name] = self._named_per_row(columns, name)
-                        maybe = count > allowed[name][i]
-            if maybe:
-                reasons[i] = _repeated_key(value, self.columns)
-
-    def _named_per_row(self, columns: list[pa.Array], name: str) -> np.ndarray:
-        """Per record: the non-null declared fields called `name` (a name declared at several places or
-        inside an array may occur that often without repeating within an object)."""
-        total: np.ndarray | int = 0
-        for column, field in zip(columns, self.columns.fields, strict=True):
-            total = total + (_valid(column) if field.name == name else 0) + _named(column, field.dataType, name)
-        return np.broadcast_to(np.asarray(total, np.int64), (len(columns[0]),))
+            if reasons[i] is None and value is not None and _may_repeat(value):
+                reasons[i] = _repeated_key(value)

@@ -233,9 +233,12 @@ class SinkLayout:
             if fs.exists(f"{target}/{marker}"):  # moved here, or by a batch completing this attempt's commit
                 yield target
 
-    def complete(self, fs: SinkFs, run_id: str, tp: TopicPartition, from_offset: int, until_offset: int) -> bool:
-        """Publish committed range [from, until) of `tp` from the staging of run `run_id` if its directory is not
-        in place (the run died between its commit and its publish); True when the directory is in place."""
+    def complete(
+        self, fs: SinkFs, run_id: str, tp: TopicPartition, from_offset: int, until_offset: int, rows: int
+    ) -> bool:
+        """Publish committed range [from, until) of `tp`, holding `rows` rows here, from the staging of run
+        `run_id` if its directory is not in place (the run died between its commit and its publish); True
+        when the directory is in place. A staged range whose row count differs is left alone."""
         target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
         if fs.exists(target):
             return True
@@ -243,7 +246,8 @@ class SinkLayout:
         for attempt in fs.list_names(f"{self.root}/{STAGING}"):
             if not (attempt.isalnum() and attempt.startswith(tag)):
                 continue
-            if fs.exists(f"{self.staged_range_dir(attempt, tp.topic, tp.partition)}/{marker}"):
+            staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
+            if fs.exists(f"{staged}/{marker}") and fs.parquet_record_count(staged) == rows:
                 return any(True for _ in self.publish(fs, attempt, {tp: (from_offset, until_offset)}))
         return False
 

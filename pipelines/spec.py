@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from cohort.common.validation import as_integer, is_number
 from cohort.pipelines.checked import RecordChecker
-from cohort.pipelines.decode import ValueDecoder, ValueFormat, value_columns_schema
+from cohort.pipelines.decode import ValueDecoder, ValueFormat, naive_timestamp_policy, value_columns_schema
 from cohort.pipelines.plan import PlanLimits, ResetPolicy
 from cohort.pipelines.validate import RowCheck, compile_model
 
@@ -60,6 +60,9 @@ class PipelineSpec:
         read_timeout_s: how long a reading task may go without a record before it fails.
         consume_batch_size: messages per consume call, hence rows per Arrow batch.
         compression: Parquet compression codec.
+        naive_timestamps: how a JSON timestamp without an offset is read: 'utc' (the default), an IANA
+            time-zone name such as 'Europe/Paris' (local time there), or 'quarantine' (refused). A bare
+            date for a timestamp field is midnight under the same policy (docs/sink.md, "Decoding rules").
     """
 
     sink_path: str
@@ -77,6 +80,7 @@ class PipelineSpec:
     read_timeout_s: float = 30.0
     consume_batch_size: int = 10_000
     compression: str = "snappy"
+    naive_timestamps: str = "utc"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reset", ResetPolicy.parse(self.reset))
@@ -84,6 +88,7 @@ class PipelineSpec:
             raise ValueError("sink_path must be a non-empty local path or Hadoop URI")
         if self.quarantine_path is not None and not self.quarantine_path.strip():
             raise ValueError("quarantine_path must be a non-empty path or None for the default")
+        naive_timestamp_policy(self.naive_timestamps)
         self.value_columns  # noqa: B018 (validates the format and schema)
         self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
         if self.transform is not None and not callable(self.transform):
@@ -107,7 +112,8 @@ class PipelineSpec:
     @cached_property
     def checker(self) -> RecordChecker:
         """What the reading tasks run on each raw batch: decoding, then the model's row checks."""
-        return RecordChecker(ValueDecoder(self.value_format, self.value_columns), self.row_checks)
+        decoder = ValueDecoder(self.value_format, self.value_columns, self.naive_timestamps)
+        return RecordChecker(decoder, self.row_checks)
 
     @property
     def quarantine_root(self) -> str:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -38,8 +39,24 @@ __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
 _SYSTEM_CLOCK = SystemClock()
 _SETTING_NAMES = re.compile(r"\b(session_timeout|rebalance_timeout|progress_timeout|heartbeat_interval|join_timeout)\b")
 
-DEFAULT_STORE_URL = "sqlite:///.cohort/cohort.db"
-"""A SQLite file under the working directory; use PostgreSQL when workers run on several hosts."""
+
+def _user_data_dir() -> Path:
+    """`$XDG_DATA_HOME` when it is an absolute path, else `~/.local/share`."""
+    given = os.environ.get("XDG_DATA_HOME", "")
+    if given and Path(given).is_absolute():
+        return Path(given)
+    try:
+        return Path.home() / ".local" / "share"
+    except RuntimeError:  # no home directory at all: the working directory, made absolute
+        return Path(".cohort").absolute()
+
+
+DEFAULT_STORE_URL = f"sqlite:///{_user_data_dir() / 'cohort' / 'cohort.db'}"
+"""The store of a group resource given no `store_url`, and of the `cohort` command given neither
+`--store-url` nor `COHORT_STORE_URL`: a SQLite file in the user's data directory,
+`$XDG_DATA_HOME/cohort/cohort.db` (by default `~/.local/share/cohort/cohort.db`), resolved once per process
+to an absolute path, so every process of the user on this host uses the same file whatever its working
+directory. Use PostgreSQL when workers run on several hosts."""
 
 
 class CohortGroupResource(dg.ConfigurableResource):
@@ -75,7 +92,10 @@ class CohortGroupResource(dg.ConfigurableResource):
     leave_on_finish: bool = Field(
         default=True, description="A finished worker leaves the group (False: keep its static membership)."
     )
-    store_url: str = Field(default=DEFAULT_STORE_URL, description="SQLAlchemy URL of the coordinator's store.")
+    store_url: str = Field(
+        default=DEFAULT_STORE_URL,
+        description="SQLAlchemy URL of the coordinator's store (default: cohort/cohort.db in the user's data dir).",
+    )
 
     _coordinators: dict[int, Coordinator] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -184,16 +204,14 @@ class CohortGroupResource(dg.ConfigurableResource):
 
         Owned by this resource: created on first use (one per clock), closed by `close()`, which Dagster
         calls through `teardown_after_execution` at the end of each run or sensor tick. A SQLite file's
-        parent directory is created when missing.
+        parent directory is created when missing. A store that cannot be used raises a `StoreError`
+        (cohort.assignment.errors) whose message names the store and the problem.
         """
         clock = clock if clock is not None else _SYSTEM_CLOCK
         with self._lock:
             cached = self._coordinators.get(id(clock))
             if cached is not None and cached.clock is clock:
                 return cached
-            url = sa.make_url(self.store_url)
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             coordinator = Coordinator.from_url(self.store_url, clock=clock, config=self.group_config())
             self._coordinators[id(clock)] = coordinator
             return coordinator

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import dagster as dg
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, PrivateAttr, field_validator
@@ -182,7 +182,8 @@ class KafkaResource(dg.ConfigurableResource):
         try:
             return read_partition_counts(self.get_admin(), topics, timeout_s=self.request_timeout_s)
         except KafkaException as exc:
-            raise KafkaException(f"could not read topic metadata from {self.bootstrap_servers}: {exc}") from None
+            reason = _reason(exc)
+            raise KafkaException(f"could not read topic metadata from {self.bootstrap_servers}: {reason}") from None
 
     def subscribed_partition_counts(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, int]:
         """Partition counts of `topics` plus every topic fully matching `pattern` (what a group subscribes to)."""
@@ -191,7 +192,10 @@ class KafkaResource(dg.ConfigurableResource):
     def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(first available offset, end offset) per partition; the end offset is the one a fetch from the
         high watermark confirms (`cohort.pipelines.kafka_client.watermarks`), so lag counts every record."""
-        return fetched_watermarks(self.client_config(), partitions, timeout_s=self.request_timeout_s)
+        try:
+            return fetched_watermarks(self.client_config(), partitions, timeout_s=self.request_timeout_s)
+        except KafkaException as exc:
+            raise KafkaException(f"could not read offsets from {self.bootstrap_servers}: {_reason(exc)}") from None
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset per partition (see `watermarks`)."""
@@ -209,3 +213,13 @@ class KafkaResource(dg.ConfigurableResource):
         except KafkaException as exc:
             raise KafkaException(f"could not read the committed offsets of group {group!r}: {exc}") from None
         return {TopicPartition(a.topic, a.partition): (int(a.offset) if a.offset >= 0 else None) for a in answers}
+
+
+def _reason(exc: BaseException) -> str:
+    """What librdkafka said, without the KafkaError repr (`Local: Broker transport failure`)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if cause.args and isinstance(cause.args[0], KafkaError):
+            return str(cause.args[0].str())
+        cause = cause.__cause__
+    return str(exc)

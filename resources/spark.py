@@ -1,5 +1,9 @@
 """The Spark resource: local mode by default, a master URL or a Spark Connect remote for a cluster.
 
+The resource owns the session it creates: at the end of the run (`teardown_after_execution`) it stops that
+session and ends the local JVM it launched. A session that already existed in the process (one a test or
+a script started and shares) is used but never stopped.
+
 Example:
     >>> spark = SparkResource()                                  # local[2]
     >>> cluster = SparkResource(master="spark://spark-master:7077")
@@ -8,11 +12,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+
 import dagster as dg
 from pydantic import Field, PrivateAttr, model_validator
 from pyspark.sql import SparkSession
 
-from cohort.pipelines.spark import build_session
+from cohort.pipelines.spark import OwnedSession, cancel_jobs, close_session, open_session
 
 __all__ = ["SparkResource"]
 
@@ -32,7 +38,7 @@ class SparkResource(dg.ConfigurableResource):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration properties.")
     log_level: str = Field(default="ERROR", description="SparkContext log level for local and master sessions.")
 
-    _session: SparkSession | None = PrivateAttr(default=None)
+    _owned: OwnedSession | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _one_target(self) -> SparkResource:
@@ -44,18 +50,35 @@ class SparkResource(dg.ConfigurableResource):
 
     def get_session(self) -> SparkSession:
         """The SparkSession (created on first use, then cached; Spark keeps one session per process)."""
-        if self._session is None:
-            session = build_session(
+        if self._owned is None:
+            owned = open_session(
                 master=None if self.remote else self.master,
                 remote=self.remote,
                 app_name=self.app_name,
                 conf={"spark.ui.showConsoleProgress": "false", **self.conf},
             )
             if not self.remote:
-                session.sparkContext.setLogLevel(self.log_level)
-            self._session = session
-        return self._session
+                owned.session.sparkContext.setLogLevel(self.log_level)
+            self._owned = owned
+        return self._owned.session
 
     def started_session(self) -> SparkSession | None:
         """The session if `get_session()` created it already, else None (never starts Spark)."""
-        return self._session
+        return self._owned.session if self._owned is not None else None
+
+    def cancel_jobs(self) -> None:
+        """Cancel the running Spark jobs of the session, if one was started (a terminated run calls this)."""
+        if self._owned is not None:
+            with contextlib.suppress(Exception):  # a stopped or unreachable session has nothing to cancel
+                cancel_jobs(self._owned.session)
+
+    def close(self) -> None:
+        """Stop the session and end the local JVM if `get_session()` created them; a session that existed
+        before is left running for its owner."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            close_session(owned)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Dagster's end of a run (finished, failed or terminated): `close()`."""
+        self.close()

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
 
 from cohort.cli.tables import print_describe, print_table
+
+if TYPE_CHECKING:
+    from cohort.assignment.coordinator import Coordinator
+    from cohort.common.types import TopicPartition
 
 __all__ = ["main"]
 
@@ -26,6 +32,8 @@ def broker(port: int | None) -> None:
     """Run the embedded Tansu broker in the foreground until Ctrl-C."""
     from cohort.devtools.embedded_broker import BrokerError, EmbeddedBroker
 
+    if port is not None and _port_taken(port):
+        raise click.ClickException(f"port {port} on 127.0.0.1 is in use: free it, or omit --port for a free one")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -43,15 +51,31 @@ def broker(port: int | None) -> None:
         click.echo("broker stopped")
 
 
+def _port_taken(port: int) -> bool:
+    """Whether a server already listens on 127.0.0.1:`port` (the broker would fail there with a panic)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 # ------------------------------------------------------------------------------------- operations
 
 _STORE = click.option(
     "--store-url",
     envvar="COHORT_STORE_URL",
     default=None,
-    help="SQLAlchemy URL of the coordinator's store (env COHORT_STORE_URL; default sqlite:///.cohort/cohort.db).",
+    help="SQLAlchemy URL of the coordinator's store (env COHORT_STORE_URL; default: cohort/cohort.db in the "
+    "user's data directory, printed when used).",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
+_KAFKA_TIMEOUT_S = 3.0
+"""How long `describe --bootstrap-servers` waits for Kafka's answers before it gives up."""
 
 
 def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -66,11 +90,71 @@ def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.ClickException(str(exc)) from None
 
 
-def _coordinator(store_url: str | None) -> Any:
-    from cohort.assignment.coordinator import Coordinator
+def _store_url(store_url: str | None) -> str:
+    """The store to open: --store-url or COHORT_STORE_URL, else the default, which is named on stderr (the
+    JSON on stdout stays parseable)."""
+    if store_url:
+        return store_url
     from cohort.resources.group import DEFAULT_STORE_URL
 
-    return Coordinator.from_url(store_url or DEFAULT_STORE_URL)
+    click.echo(f"store: {DEFAULT_STORE_URL} (the default; give --store-url or set COHORT_STORE_URL)", err=True)
+    return DEFAULT_STORE_URL
+
+
+@contextmanager
+def _coordinator(store_url: str | None) -> Iterator[Coordinator]:
+    """A coordinator on an existing store, closed after use. No command creates a store: one that does not
+    exist, cannot be reached or cannot be used is a short error, as is a database error while it runs."""
+    import sqlalchemy as sa
+
+    from cohort.assignment.coordinator import Coordinator
+    from cohort.assignment.errors import StoreError
+    from cohort.assignment.store import SqlGroupStore
+
+    try:
+        coordinator = Coordinator(SqlGroupStore.from_url(_store_url(store_url), create=False))
+    except StoreError as exc:
+        raise click.ClickException(exc.message) from None
+    try:
+        yield coordinator
+    except sa.exc.SQLAlchemyError as exc:
+        cause = getattr(exc, "orig", None) or exc
+        raise click.ClickException(f"the store failed: {' '.join(str(cause).split())}") from None
+    finally:
+        coordinator.close()
+
+
+def _require_group(coordinator: Coordinator, group: str) -> None:
+    if coordinator.store.load(group) is None:
+        raise click.ClickException(f"group {group!r} does not exist")
+
+
+def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]]:
+    """Kafka's end offsets from `bootstrap_servers`, or one short error within a few seconds when Kafka does
+    not answer (librdkafka's own log lines are silenced)."""
+    from confluent_kafka import KafkaException
+    from pydantic import ValidationError
+
+    from cohort.resources.kafka import KafkaResource
+
+    try:
+        kafka = KafkaResource(
+            bootstrap_servers=bootstrap_servers, request_timeout_s=_KAFKA_TIMEOUT_S, extra_config={"log_level": "0"}
+        )
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
+
+    def ends(partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
+        try:
+            kafka.partition_counts()  # one metadata request: fails fast when no broker answers
+            return kafka.end_offsets(partitions)
+        except KafkaException as exc:
+            raise click.ClickException(f"{exc} (waited up to {_KAFKA_TIMEOUT_S:g} s per request)") from None
+        finally:
+            kafka.close()
+
+    return ends
 
 
 @main.command()
@@ -80,11 +164,8 @@ def groups(store_url: str | None, as_json: bool) -> None:
     """List groups: state, members, generation, assignor."""
     from cohort.cli.ops import group_rows
 
-    coordinator = _coordinator(store_url)
-    try:
+    with _coordinator(store_url) as coordinator:
         rows = group_rows(coordinator)
-    finally:
-        coordinator.close()
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -105,21 +186,12 @@ def groups(store_url: str | None, as_json: bool) -> None:
 def describe(group: str, store_url: str | None, bootstrap_servers: str | None, as_json: bool) -> None:
     """Describe GROUP per partition, like `kafka-consumer-groups --describe`."""
     from cohort.cli.ops import describe_rows
-    from cohort.common.names import InvalidNameError
 
-    coordinator = _coordinator(store_url)
-    try:
-        ends = None
-        if bootstrap_servers:
-            from cohort.resources.kafka import KafkaResource
-
-            ends = KafkaResource(bootstrap_servers=bootstrap_servers).end_offsets
+    with _coordinator(store_url) as coordinator:
+        _require_group(coordinator, group)
+        ends = _end_offsets(bootstrap_servers) if bootstrap_servers else None
         described = coordinator.describe_group(group)
         rows = describe_rows(coordinator, group, ends)
-    except InvalidNameError as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        coordinator.close()
     if as_json:
         payload = {
             "group": group,
@@ -138,16 +210,15 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
 @_STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
-    from cohort.assignment.errors import CoordinatorError
-    from cohort.common.names import InvalidNameError
+    from cohort.assignment.errors import CoordinatorError, GroupIdNotFoundError
 
-    coordinator = _coordinator(store_url)
-    try:
-        coordinator.delete_group(group)
-    except (CoordinatorError, InvalidNameError) as exc:
-        raise click.ClickException(f"cannot delete group {group!r}: {exc}") from exc
-    finally:
-        coordinator.close()
+    with _coordinator(store_url) as coordinator:
+        try:
+            coordinator.delete_group(group)
+        except GroupIdNotFoundError:
+            raise click.ClickException(f"group {group!r} does not exist") from None
+        except CoordinatorError as exc:
+            raise click.ClickException(f"cannot delete group {group!r}: {exc}") from None
     click.echo(f"group {group!r} deleted")
 
 
@@ -178,11 +249,9 @@ def simulate(
     current = subscriptions = None
     try:
         if group is not None:
-            coordinator = _coordinator(store_url)
-            try:
+            with _coordinator(store_url) as coordinator:
+                _require_group(coordinator, group)
                 counts, names, current, subscriptions = live_group_state(coordinator, group)
-            finally:
-                coordinator.close()
         else:
             if not members or not partitions:
                 raise click.UsageError("give --group, or --members N with --partitions TOPIC:COUNT")

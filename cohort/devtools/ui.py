@@ -1,15 +1,21 @@
 """`make ui`: the embedded broker, a small producer and `dagster dev` on the demo definitions on 127.0.0.1.
 
 Everything lives under `.cohort/ui/` and starts fresh (the embedded broker keeps nothing, so committed
-offsets from an earlier session would point past its end). `dagster dev` is started through
+offsets from an earlier session would point past its end): the store, the sink (`lake/`), the demo's
+derived table (`derived/`) and the Dagster instance (`dagster/`). The demo's sensors (membership, topic,
+and the automation sensor that keeps `events_by_kind` up to date) are declared running, so `dagster dev`'s
+daemon ticks them from the start; the instance needs no `dagster.yaml` (Dagster's own
+`default_automation_condition_sensor` would be created stopped; the demo declares its own instead).
+`dagster dev` is started through
 `env --default-signal=INT` so it can be interrupted even when this process was started in the
 background, and it is stopped with SIGTERM (then SIGKILL after a timeout) by whoever started it.
 
 Example:
-    $ make ui        # then open http://127.0.0.1:3000 and launch the worker job for slots 1..3
+    $ make ui        # open http://127.0.0.1:3000, an asset of group demo_ingest, Materialize (all partitions)
 """
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -24,9 +30,17 @@ from pathlib import Path
 from cohort.demo.definitions import DEMO_TOPIC
 from cohort.devtools.topics import create_topic, produce
 
-__all__ = ["PRODUCER_PARTITIONS", "serve_ui", "ui_environment"]
+__all__ = ["PRODUCER_PARTITIONS", "sample_event", "serve_ui", "ui_environment"]
 
 PRODUCER_PARTITIONS = 6
+KINDS = ("view", "click", "purchase")
+
+
+def sample_event(sequence: int) -> bytes:
+    """One demo event as JSON: kinds and amounts vary so the demo's per-kind aggregate has something to show."""
+    kind = KINDS[sequence % 7 % len(KINDS)]
+    event = {"event_id": sequence, "user": f"user-{sequence % 50}", "kind": kind, "amount": sequence % 10 + 0.5}
+    return json.dumps(event).encode()
 
 
 def ui_environment(bootstrap: str, root: Path) -> dict[str, str]:
@@ -105,8 +119,7 @@ def _produce_forever(config: dict[str, str], stop: threading.Event, interval_s: 
         records = []
         for partition in range(PRODUCER_PARTITIONS):
             sequence += 1
-            value = f'{{"event_id": {sequence}, "user": "user-{sequence % 50}", "kind": "view", "amount": 1.5}}'
-            records.append((partition, None, value.encode()))
+            records.append((partition, None, sample_event(sequence)))
         with contextlib.suppress(Exception):  # the broker is stopping: nothing to report
             produce(config, DEMO_TOPIC, records)
 
@@ -124,7 +137,7 @@ def main() -> int:
     with EmbeddedBroker() as broker:
         config = {"bootstrap.servers": broker.bootstrap_servers}
         create_topic(config, DEMO_TOPIC, PRODUCER_PARTITIONS)
-        first = [(i % PRODUCER_PARTITIONS, None, f'{{"event_id": {i}, "kind": "view"}}'.encode()) for i in range(600)]
+        first = [(i % PRODUCER_PARTITIONS, None, sample_event(i)) for i in range(600)]
         produce(config, DEMO_TOPIC, [*first, (0, None, b"{not json")])
         producer = threading.Thread(target=_produce_forever, args=(config, stop), daemon=True)
         producer.start()
@@ -132,7 +145,8 @@ def main() -> int:
         with serve_ui(broker.bootstrap_servers, root, port=port) as url:
             print(f"Dagster UI on {url} (broker {broker.bootstrap_servers}, state in {root}); Ctrl-C to stop")
             print(
-                "Launch the worker job 'cohort_worker__demo_ingest' with config {slot: 1..3}, or turn on its schedule."
+                "Materialize an asset of group demo_ingest (all partitions: one run hosts every worker slot), or "
+                "turn on the schedule 'cohort_batches__demo_ingest'; events_by_kind follows by declarative automation."
             )
             while not stop.wait(1.0):
                 pass

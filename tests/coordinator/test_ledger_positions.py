@@ -20,7 +20,13 @@ def test_an_empty_first_range_pins_the_position_for_fetch_describe_and_history(c
     assert ledger.committed_offsets([tp("t", 0)]) == {tp("t", 0): 40}
     assert [(r.partition, r.current_offset) for r in describe_rows(coordinator, "g")] == [(0, 40), (1, None)]
     [pin] = coordinator.ledger_history("g", "t", 0)
-    assert (pin.from_offset, pin.until_offset, pin.records, pin.gap_reason, pin.run_id) == (40, 40, 0, None, "run-latest")
+    assert (pin.from_offset, pin.until_offset, pin.records, pin.gap_reason, pin.run_id) == (
+        40,
+        40,
+        0,
+        None,
+        "run-latest",
+    )
 
     ledger.commit([OffsetRange("t", 0, 40, 40)])  # nothing new: accepted, not recorded again
     with pytest.raises(NonContiguousRangeError):

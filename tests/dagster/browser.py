@@ -1,5 +1,6 @@
-"""A minimal headless-Chromium driver over the DevTools protocol (no Selenium): navigate, click by text,
-read the page's text, take a screenshot. Used by the Dagster UI test."""
+"""A minimal headless-Chromium driver over the DevTools protocol (no Selenium): navigate, click by text or
+CSS selector (waiting for the element), read the page's text and links, take a screenshot. Used by the
+Dagster UI test."""
 
 import base64
 import contextlib
@@ -87,20 +88,53 @@ class Page:
         }})()"""
         return bool(self.evaluate(script))
 
+    def click(self, text: str, *, selector: str = "button, a, span, div, td", timeout_s: float = 30.0) -> None:
+        """Click the innermost element matching `selector` whose text is exactly `text`, once it appears."""
+        deadline = time.monotonic() + timeout_s
+        while not self.click_text(text, selector):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no {selector!r} reads {text!r} within {timeout_s} s; the page shows:\n{self.text()[:3000]}"
+                )
+            time.sleep(0.5)
+
+    def click_selector(self, selector: str, *, timeout_s: float = 30.0) -> None:
+        """Click the first element matching the CSS `selector`, once it appears."""
+        script = f"""(() => {{
+            const element = document.querySelector({json.dumps(selector)});
+            if (!element) return false;
+            element.scrollIntoView({{block: "center"}});
+            element.click();
+            return true;
+        }})()"""
+        deadline = time.monotonic() + timeout_s
+        while not self.evaluate(script):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"nothing matches {selector!r} within {timeout_s} s; the page shows:\n{self.text()[:3000]}"
+                )
+            time.sleep(0.5)
+
+    def wait_for_js(self, expression: str, what: str, timeout_s: float = 30.0) -> Any:
+        """Wait until the JavaScript `expression` is truthy in the page; its value."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            time.sleep(0.5)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+    def links(self) -> list[str]:
+        """The `href` attribute of every link on the page, as written (relative ones stay relative)."""
+        return self.evaluate("[...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))") or []
+
     def screenshot(self, path: Path) -> None:
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
         self._ws.close()
-
-
-def _pages(port: int) -> list[dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as answer:
-            return [t for t in json.loads(answer.read()) if t.get("type") == "page"]
-    except (OSError, ValueError):
-        return []
 
 
 def _pages(port: int) -> list[dict[str, Any]]:

@@ -161,3 +161,46 @@ def test_any_later_run_of_the_slot_reports_ranges_that_lost_runs_committed(
     assert all(m.metadata["cohort/reported_by"].value == result.run_id for m in _of(result, key))
     assert all(c.passed for c in _checks(defs, config, instance).values())
     group.close()
+
+
+def test_a_run_with_no_config_hosts_every_slot_and_they_split_the_partitions(
+    make_setup, topic_factory, produce_records, instance, spark
+):
+    """What Materialize launches: one run, both worker slots as members of one generation, the assignor
+    splitting the four partitions between them; everything consumed once and the checks green."""
+    topic = topic_factory(4, suffix="hosted")
+    produce_records(topic, json_records(40, 4))
+    setup = make_setup((topic,), slots=2, settings={"initial_rebalance_delay_s": 2.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    result = defs.resolve_job_def(T.get_job_name(config.group)).execute_in_process(instance=instance)
+
+    assert result.success
+    shown = _of(result, T.get_asset_key(config.group, topic))
+    by_slot: dict[str, set[str]] = {}
+    for m in shown:
+        by_slot.setdefault(m.metadata["cohort/instance_id"].value, set()).add(m.partition)
+    assert sorted(by_slot) == [f"{config.group}/worker-1", f"{config.group}/worker-2"]
+    assert sorted(p for parts in by_slot.values() for p in parts) == ["0", "1", "2", "3"]
+    assert len({m.metadata["cohort/generation"].value for m in shown}) == 1
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags["cohort/slot"] == "1,2" and run.tags["cohort/group"] == config.group
+    assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()} == {
+        CHECK_CONTIGUOUS: True,
+        CHECK_LAG: True,
+    }
+    assert spark.read.parquet(setup.sink).count() == 40
+
+
+def test_an_unknown_slot_is_refused_at_launch(make_setup):
+    setup = make_setup(("t",), slots=2)
+    config = config_for(setup)
+    job = definitions_for(setup).resolve_job_def(T.get_job_name(config.group))
+    with dg.instance_for_test() as fresh:
+        try:
+            job.execute_in_process(run_config=worker_run_config(config, 3), instance=fresh)
+        except dg.DagsterInvalidConfigError as refused:
+            assert "slot" in str(refused)
+        else:
+            raise AssertionError("slot 3 of a two-slot group was accepted")
+        assert fresh.get_runs() == []  # refused before any run exists

@@ -29,4 +29,3 @@ def test_a_latest_start_that_finds_nothing_reads_the_records_produced_after_it(
     assert (part.start, part.from_offset, part.until_offset, part.records) == ("committed", 5, 8, 3)
     assert [r.kafka.offset for r in sink_rows(lake)] == [5, 6, 7]
     assert [(e.from_offset, e.until_offset) for e in coordinator.ledger_history(group, topic, 0)] == [(5, 5), (5, 8)]
-

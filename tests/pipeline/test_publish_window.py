@@ -112,7 +112,10 @@ def test_a_commit_whose_publish_never_happened_is_published_by_the_next_batch(
     produce_records(topic, [(0, None, order(i)) for i in range(10, 13)], one_per_batch=False)
     result = run_batch(spark, _spec(lake), kafka_config, [tp], ledger, run_id="next")
     assert [(p.from_offset, p.until_offset, p.records) for p in result.partitions] == [(10, 13, 3)]
-    assert range_dirs(lake) == [f"topic={topic}/partition=0/{topic}-0-0-10.parquet", f"topic={topic}/partition=0/{topic}-0-10-13.parquet"]
+    assert range_dirs(lake) == [
+        f"topic={topic}/partition=0/{topic}-0-0-10.parquet",
+        f"topic={topic}/partition=0/{topic}-0-10-13.parquet",
+    ]
     assert [r.kafka.offset for r in sink_rows(lake)] == list(range(13))
 
 

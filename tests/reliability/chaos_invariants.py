@@ -131,8 +131,10 @@ class InvariantChecker:
                     )
                 if after.committed_at < before.committed_at or after.generation < before.generation:
                     raise InvariantViolation(f"ledger of {tp} not monotonic at offset {after.from_offset}")
-            if any(e.from_offset >= e.until_offset for e in history):
-                raise InvariantViolation(f"ledger of {tp} holds an empty or inverted range")
+            if any(e.from_offset > e.until_offset for e in history) or any(
+                e.from_offset == e.until_offset for e in history[1:]
+            ):  # only the first range may be empty: the partition's starting position
+                raise InvariantViolation(f"ledger of {tp} holds an inverted range, or an empty one after its first")
             if head != (history[-1].until_offset if history else None):
                 raise InvariantViolation(f"committed offset of {tp} is {head} but its ledger ends elsewhere")
             expected = self.accepted.get(tp, [])

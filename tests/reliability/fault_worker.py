@@ -39,7 +39,8 @@ def die(marker: str, point: str, pgid: int) -> NoReturn:
 
 class _KillOnCommit:
     """The run's ledger (its `GroupMember`), killing the process on entry to the commit of the batch's
-    ranges: the sink is written. A commit of empty ranges only (a check that records nothing) goes through."""
+    ranges: both outputs are staged, nothing is published. A commit of empty ranges only (a partition's
+    starting position) goes through."""
 
     def __init__(self, ledger: Any, kill: Callable[[], NoReturn]) -> None:
         self._ledger, self._kill = ledger, kill
@@ -84,7 +85,7 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     after-join: `Coordinator.sync` (the join phase completed, the sync request not sent);
     after-sync: `GroupMember.join` returning (the assignment received, nothing planned or read);
     mid-read: the executor-side `read_range`, after its first batch;
-    after-write: the ledger's `commit`, on entry (the sink's ranges are published);
+    after-write: the ledger's `commit`, on entry (the outputs are staged, nothing is published);
     after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
     after-mirror: `cohort.assets.group_batch.materializations`, on entry (ledger and Kafka agree, nothing logged);
     heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.

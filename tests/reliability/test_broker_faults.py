@@ -8,6 +8,8 @@ stands in for a stop and restart), real Spark, real SQLite store, real Dagster i
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.reliability.broker_scenarios import (
@@ -42,7 +44,9 @@ def test_broker_down_mid_batch_fails_cleanly_and_the_rerun_consumes_everything_o
     seen = broker_down_scenario(spark, tmp_path / point, point=point, partitions=2, records=40)
     _assert_failed_cleanly_then_recovered(seen)
     if point == "read":
-        assert f"(reading until 20) for {READ_TIMEOUT_S:.0f} s: the broker is unreachable" in seen.error
+        # the plan's end-offset fetch meets the same outage: it keeps the broker's watermark (never beyond
+        # what exists), so the planned end is Tansu's watermark of a batching producer, not 20
+        assert re.search(rf"\(reading until \d+\) for {READ_TIMEOUT_S:.0f} s: the broker is unreachable", seen.error)
     assert seen.outcome.fault == "broker down"
 
 
