@@ -4,7 +4,8 @@
 `sensors`); `build_cohort_definitions(configs, kafka=..., spark=...)` assembles a whole `Definitions` with
 the shared Kafka and Spark resources, each group's resource, and one membership and one topic sensor over
 all groups. The worker job is the asset job of the group's assets: the schedule and the sensors launch it,
-Materialize launches it too, and the asset pages list them as the assets' automations.
+and the asset pages list them as the assets' automations. Materialize runs the same op through Dagster's
+implicit asset job.
 
 Example:
     >>> from cohort.pipelines import PipelineSpec

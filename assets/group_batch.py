@@ -15,6 +15,7 @@ slots committed that no run reported, runs the batch, reports every consumed ran
 selected checks. Launched with only checks selected (from the asset page), it runs the checks alone.
 """
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -102,12 +103,22 @@ def host_slots(
         for thread in threads:
             while thread.is_alive():
                 thread.join(timeout=1.0)
-    except BaseException:  # the run is being terminated: stop Spark's jobs so the members' batches end
+    except BaseException as exc:  # the run is being terminated: stop Spark's jobs so the members' batches end
+        interrupted = f"run interrupted ({type(exc).__name__})"
+        _log_quietly(context, f"{interrupted}: canceling the Spark jobs of slot(s) {list(slots)}")
         _stop_members(spark, threads)
+        alive = [t.name for t in threads if t.is_alive()]
+        _log_quietly(context, f"still running: {alive}" if alive else f"the members of slot(s) {list(slots)} closed")
         raise
     if len(slots) == 1 and failures:
         raise failures[0].error
     return [outcomes[s] for s in sorted(outcomes)], sorted(failures, key=lambda f: f.slot)
+
+
+def _log_quietly(context: dg.OpExecutionContext, message: str) -> None:
+    """A warning in the run's log; the run is ending anyway, so a failure to log is ignored."""
+    with contextlib.suppress(Exception):
+        context.log.warning(message)
 
 
 def _stop_members(spark: SparkResource, threads: Sequence[threading.Thread], timeout_s: float = 60.0) -> None:

@@ -56,7 +56,11 @@ _DAGSTER_STATES = {
 
 
 def _slots_of_run(run: dg.DagsterRun, slots: int) -> tuple[int, ...]:
-    """The worker slots a run of the group's worker job hosts (its op config: one slot, or `all`)."""
+    """The worker slots a batch run of the group hosts: its `cohort/slot` tag (every batch run sets it), or
+    its op config (one slot, or `all`) for a run that ended before tagging itself."""
+    tagged = run.tags.get(SLOT_TAG, "")
+    if tagged and all(part.isdigit() for part in tagged.split(",")):
+        return tuple(int(part) for part in tagged.split(","))
     ops = (run.run_config or {}).get("ops")
     for op in ops.values() if isinstance(ops, dict) else ():
         config = op.get("config") if isinstance(op, dict) else None
@@ -70,31 +74,42 @@ def _slots_of_run(run: dg.DagsterRun, slots: int) -> tuple[int, ...]:
     return tuple(range(1, slots + 1))  # no config: the default hosts every slot
 
 
-def _view(run: dg.DagsterRun, worker_job: str, slots: int) -> RunView:
+def _is_batch_run(run: dg.DagsterRun, group: str, worker_job: str) -> bool:
+    """A run of the group's worker job, or one Materialize launched (Dagster's implicit asset job, tagged
+    with the group by the batch op)."""
+    return run.job_name == worker_job or run.tags.get(GROUP_TAG) == group
+
+
+def _view(run: dg.DagsterRun, group: str, worker_job: str, slots: int) -> RunView:
     return RunView(
         run.run_id,
         _DAGSTER_STATES.get(run.status, RunState.OTHER),
-        slots=_slots_of_run(run, slots) if run.job_name == worker_job else (),
+        slots=_slots_of_run(run, slots) if _is_batch_run(run, group, worker_job) else (),
         rerun_of=run.tags.get(RERUN_TAG) or None,
     )
 
 
 def _read_runs(
-    instance: dg.DagsterInstance, worker_job: str, slots: int, run_ids: Sequence[str], dead_since: float
+    instance: dg.DagsterInstance,
+    group: str,
+    worker_job: str,
+    slots: int,
+    run_ids: Sequence[str],
+    dead_since: float,
 ) -> dict[str, RunView]:
-    """The runs of the members seen, plus the worker runs that failed or were canceled since `dead_since`
-    (0: none; the first tick watches from then on)."""
+    """The runs of the members seen, plus the group's batch runs that failed or were canceled since
+    `dead_since` (0: none; the first tick watches from then on): its worker job's runs and any run tagged
+    with the group (Materialize launches Dagster's implicit asset job)."""
     runs = list(instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids)))) if run_ids else []
     if dead_since:
-        runs += instance.get_runs(
-            filters=dg.RunsFilter(
-                job_name=worker_job,
-                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
-                updated_after=datetime.fromtimestamp(dead_since, UTC),
-            ),
-            limit=200,
-        )
-    return {run.run_id: _view(run, worker_job, slots) for run in runs}
+        dead = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+        since = datetime.fromtimestamp(dead_since, UTC)
+        for selection in ({"job_name": worker_job}, {"tags": {GROUP_TAG: group}}):
+            runs += instance.get_runs(
+                filters=dg.RunsFilter(statuses=dead, updated_after=since, **selection),
+                limit=200,
+            )
+    return {run.run_id: _view(run, group, worker_job, slots) for run in runs}
 
 
 def _rerun_request(config: CohortConfig, translator: DagsterCohortTranslator, rerun: Rerun) -> dg.RunRequest:
@@ -130,6 +145,7 @@ def _membership_tick(
     known = {**seen.members, **live}
     runs = _read_runs(
         context.instance,
+        config.group,
         worker_job,
         config.worker_slots,
         sorted({rid for _s, rid in known.values() if rid}),

@@ -69,7 +69,7 @@ BOUNDARIES: tuple[tuple[str, str], ...] = (
     ("mid-read", "the executor-side `read_range`, after its first Arrow batch reached Spark"),
     (
         "after the sink write, before the ledger commit",
-        "the ledger's `commit` of the batch's ranges, on entry: the ranges are published in the sink",
+        "the ledger's `commit` of the batch's ranges, on entry: the ranges are staged (and counted), not yet published",
     ),
     ("after the ledger commit, before the Kafka mirror", "the mirror's `mirror`, on entry"),
     (

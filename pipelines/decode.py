@@ -269,9 +269,10 @@ def _has_timestamp(data_type: DataType) -> bool:
 
 def _epoch_micros(value: Any, zone: datetime.tzinfo) -> Any:
     """Datetimes (anywhere in a decoded value) as microseconds since the epoch, read in `zone` when naive:
-    the offset is applied here, exactly, rather than left to each consumer of a Python datetime. A naive
-    time a clock change skips or repeats in `zone` resolves as `fold=0` does (as java.time does): the
-    offset in force before the change."""
+    the offset is applied here, exactly, rather than left to each consumer of a Python datetime (pyarrow
+    drops it when PYARROW_IGNORE_TIMEZONE is set, as importing pandera does). A naive time a clock change
+    skips or repeats in `zone` resolves as `fold=0` does (as java.time does): the offset in force before
+    the change."""
     if isinstance(value, datetime.datetime):
         delta = (value if value.tzinfo is not None else value.replace(tzinfo=zone)) - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
@@ -329,8 +330,8 @@ def _column(
     hold (a string with a lone surrogate escape such as "\\ud800", which UTF-8 cannot encode), nulled."""
     if isinstance(data_type, (StructType, ArrayType)):
         values = msgspec.to_builtins(values, builtin_types=(datetime.datetime, datetime.date))
-    if _has_timestamp(data_type) and not (zone is datetime.UTC and isinstance(data_type, TimestampType)):
-        values = [_epoch_micros(v, zone) for v in values]  # (Arrow converts a flat column exactly, naive as UTC)
+    if _has_timestamp(data_type):
+        values = [_epoch_micros(v, zone) for v in values]
     try:
         return pa.array(values, arrow), {}
     except (UnicodeError, pa.ArrowException, OverflowError, ValueError):

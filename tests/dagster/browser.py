@@ -33,7 +33,8 @@ class Page:
     """One browser tab driven through its DevTools websocket."""
 
     def __init__(self, websocket_url: str) -> None:
-        self._ws = connect(websocket_url, max_size=64 * 1024 * 1024, open_timeout=30)
+        self._connection = contextlib.ExitStack()  # websockets wants its connections used as context managers
+        self._ws = self._connection.enter_context(connect(websocket_url, max_size=64 * 1024 * 1024, open_timeout=30))
         self._ids = count(1)
 
     def call(self, method: str, timeout_s: float = 30.0, **params: Any) -> dict[str, Any]:
@@ -134,7 +135,7 @@ class Page:
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
-        self._ws.close()
+        self._connection.close()
 
 
 def _pages(port: int) -> list[dict[str, Any]]:

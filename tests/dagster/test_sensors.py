@@ -330,3 +330,24 @@ def test_the_membership_sensor_uses_the_group_resource_the_definitions_carry(sql
     assert [r.tags["cohort/slot"] for r in on_swapped.run_requests] == ["1"]
     assert coordinator.describe_group("swapped").members == ()  # evicted in the swapped store
     elsewhere.close()
+
+
+def test_a_failed_materialize_run_reruns_every_slot_it_hosted(sqlite_url, kafka_config, clock):
+    """Materialize launches Dagster's implicit asset job, not the worker job: the sensor finds the group's
+    batch runs by the tags every batch run sets, and reruns each slot the run hosted."""
+    config = _config("materialized", sqlite_url)
+    group = config.group_resource
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: group, "kafka": kafka}
+    with dg.instance_for_test() as instance:
+        sensor = _membership([config], resources, clock)
+        first = _tick(sensor, instance, resources)  # starts watching the group's runs
+        tags = {"cohort/group": config.group, "cohort/slot": "1,2"}
+        failed = _run(instance, fail=True, job_name="__ASSET_JOB", tags=tags)
+        _run(instance, fail=True, job_name="__ASSET_JOB", tags={"cohort/group": "another-group", "cohort/slot": "1"})
+        second = _tick(sensor, instance, resources, cursor=first.cursor)
+    assert sorted((r.tags["cohort/slot"], r.tags["cohort/rerun_of"]) for r in second.run_requests) == [
+        ("1", failed),
+        ("2", failed),
+    ]
+    assert {r.job_name for r in second.run_requests} == {T.get_job_name(config.group)}

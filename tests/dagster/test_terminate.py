@@ -4,13 +4,15 @@ leaves the group.
 The path users take: `dagster-webserver` on the demo code location (its own code server process) and a
 Dagster instance in a temporary DAGSTER_HOME with the default run launcher, which starts each run in a
 process of the code server; the run is launched and terminated through the webserver's GraphQL API (the
-mutations behind the UI's Launch and Terminate buttons). `dagster dev` would also start the daemon, whose
-sensors launch runs of the group on their own; the webserver alone launches only this test's run.
+mutations behind the UI's Launch and Terminate buttons). The instance launches runs at once
+(`DefaultRunCoordinator`): the default queue is served by the daemon, which `dagster dev` starts together with
+sensors that launch runs of the group on their own.
 
 The run's batch stalls (`COHORT_DEMO_STALL_S`: every task sleeps first), so it is terminated while its Spark
-tasks are running. Every process the test starts carries a marker in its environment, so the run's processes
-(run worker, step process, Spark JVM, Spark's Python workers) are found even after their parent died, and
-killed if the test fails.
+tasks run. Every process the test starts carries a marker in its environment, so the run's processes (run
+worker, step process, Spark JVM, Spark's Python workers) are found even after their parent died, and killed
+if the test fails. The JVM must be gone before the Python process driving it: the Spark resource ended it,
+not the end of its parent (which closes the JVM's stdin).
 """
 
 import contextlib
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 from dagster_graphql import DagsterGraphQLClient
 
 from cohort.assets.translator import DagsterCohortTranslator
@@ -37,9 +40,18 @@ from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config
 from cohort.devtools.embedded_broker import free_port
 from cohort.devtools.topics import create_topic, partition_counts
 from cohort.devtools.ui import ui_environment
+from cohort.resources import SparkResource
 
 T = DagsterCohortTranslator()
 MARKER = "COHORT_TERMINATE_TEST"
+INSTANCE_YAML = """\
+telemetry:
+  enabled: false
+run_coordinator:  # launch at once (the default queue is served by the daemon); the run launcher is the default
+  module: dagster._core.run_coordinator
+  class: DefaultRunCoordinator
+"""
+pytestmark = pytest.mark.filterwarnings("ignore:Using variable_values:DeprecationWarning")  # inside the GraphQL client
 STOP_BOUND_S = 60.0
 """How long a terminated run may take to be CANCELED with no process left and its member gone."""
 
@@ -166,8 +178,51 @@ def _loaded(port: int, job: str) -> bool:
         return False
 
 
+OWN_SESSION = """
+import os
+import dagster as dg
+from cohort.resources import SparkResource
+
+def jvms():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "java" and int(fields[1]) == os.getpid():  # a JVM this process started
+            found.append(int(pid))
+    return found
+
+with dg.build_resources({"spark": SparkResource(master="local[1]")}) as resources:
+    assert resources.spark.get_session().range(3).count() == 3
+    started = jvms()
+print(len(started), len(jvms()))
+"""
+
+
+def test_the_spark_resource_stops_the_session_it_created_and_ends_its_jvm():
+    """A process with no Spark session: the resource creates one, and Dagster's end of the run ends it and
+    its JVM while the process lives on."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_SESSION], capture_output=True, text=True, timeout=240, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["1", "0"], done.stdout  # one JVM during the run, none after it
+
+
+def test_the_spark_resource_never_stops_a_session_it_did_not_create(spark):
+    """The tests' shared session (or any session started before the run): the resource uses it and leaves it."""
+    with dg.build_resources({"spark": SparkResource(master="local[1]")}) as resources:
+        assert resources.spark.get_session().sparkContext is spark.sparkContext
+    assert spark.range(3).count() == 3
+
+
+@pytest.mark.parametrize("slot", [1, None], ids=["slot-1", "all-slots"])
 def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_the_group(
-    kafka_config, produce_records, tmp_path
+    kafka_config, produce_records, tmp_path, slot
 ):
     if DEMO_TOPIC not in partition_counts(kafka_config, [DEMO_TOPIC]):
         create_topic(kafka_config, DEMO_TOPIC, 3)
@@ -182,10 +237,13 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
     }
     home = Path(env["DAGSTER_HOME"])
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # default run launcher and coordinator
+    (home / "dagster.yaml").write_text(INSTANCE_YAML)
     coordinator = Coordinator.from_url(env["COHORT_STORE_URL"])
     port = free_port()
     log = tmp_path / "webserver.log"
+
+    def members_of(run_id: str) -> list[Any]:
+        return [m for m in coordinator.describe_group(DEMO_GROUP).members if m.client_id == run_id]
 
     with (
         _webserver(tmp_path, env, port, marker) as webserver,
@@ -197,42 +255,48 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
         before_launch = set(_marked(marker))  # the webserver and its code server
 
         started = time.monotonic()
-        run_id = client.submit_job_execution(job, run_config=worker_run_config(demo_config(), 1))  # Launch
+        run_id = client.submit_job_execution(job, run_config=worker_run_config(demo_config(), slot))  # Launch
         worker = _wait_for(lambda: _run_worker_pid(instance, run_id), 120, "the run's process", log)
-        seen: dict[int, Proc] = {}
 
-        def in_batch() -> bool:
-            """The run's JVM is up and runs Python workers (tasks), and its member holds partitions."""
+        def jvm() -> Proc | None:
+            """The run's Spark JVM once it runs Python workers (tasks), while its members hold partitions."""
             tree = _descendants(_marked(marker), worker)
-            seen.update(tree)
-            java = [p for p in tree.values() if p.name == "java"]
-            tasks = any(p.ppid in {j.pid for j in java} for p in tree.values())
-            member = [m for m in coordinator.describe_group(DEMO_GROUP).members if m.client_id == run_id]
-            return bool(java and tasks and member and member[0].assigned)
+            java = [p for p in tree.values() if p.name == "java" and any(c.ppid == p.pid for c in tree.values())]
+            holding = [m for m in members_of(run_id) if m.assigned]
+            return java[0] if java and len(holding) == (1 if slot else 3) else None
 
-        _wait_for(in_batch, 180, "the run's Spark tasks", log)
+        java = _wait_for(jvm, 180, "the run's Spark tasks", log)
         assert client.get_run_status(run_id) is dg.DagsterRunStatus.STARTED
         in_batch_s = time.monotonic() - started
 
         client.terminate_run(run_id)  # the UI's Terminate
         terminated = time.monotonic()
-
-        def stopped() -> bool:
-            left = {pid: p for pid, p in _marked(marker).items() if pid not in before_launch}
-            left = {pid: p for pid, p in left.items() if "resource_tracker" not in p.cmdline}  # the code server's
-            members = [m for m in coordinator.describe_group(DEMO_GROUP).members if m.client_id == run_id]
-            return not left and not members and client.get_run_status(run_id) is dg.DagsterRunStatus.CANCELED
-
-        try:
-            _wait_for(stopped, STOP_BOUND_S, "the run to be CANCELED with no process left and its member gone", log)
-        except AssertionError:
-            left = [(p.name, p.cmdline[:120]) for pid, p in _marked(marker).items() if pid not in before_launch]
-            members = coordinator.describe_group(DEMO_GROUP).members
+        gone: dict[int, float] = {}  # pid -> seconds after Terminate it was first seen gone
+        deadline = terminated + STOP_BOUND_S
+        while time.monotonic() < deadline:
+            marked = _marked(marker)
+            for pid in (java.pid, java.ppid):  # the JVM and the Python process that drives it (the step's)
+                if pid not in marked:
+                    gone.setdefault(pid, time.monotonic() - terminated)
+            left = [p for pid, p in marked.items() if pid not in before_launch and "resource_tracker" not in p.cmdline]
             status = client.get_run_status(run_id)
-            raise AssertionError(f"status {status}; processes left: {left}; members: {members}\n{_tail(log)}") from None
+            if not left and not members_of(run_id) and status is dg.DagsterRunStatus.CANCELED:
+                break
+            time.sleep(0.1)
+        else:
+            left_names = [(p.name, p.cmdline[:120]) for p in left]
+            raise AssertionError(
+                f"{STOP_BOUND_S:.0f} s after Terminate: status {status}, processes left {left_names}, "
+                f"members {members_of(run_id)}\n{_tail(log)}"
+            )
         stop_s = time.monotonic() - terminated
         assert webserver.poll() is None  # the UI itself keeps running
+        messages = [record.user_message for record in instance.all_logs(run_id)]
 
+    # the run canceled its Spark jobs, and the Spark resource ended the JVM before the run's process exited
+    assert any("canceling the Spark jobs" in m for m in messages), messages
+    assert any("closed" in m and "members of slot(s)" in m for m in messages), messages
+    assert gone[java.pid] < gone[java.ppid], gone
     # the batch was canceled before its commit: nothing of this run in the ledger, its ranges are read again
     assert not [
         entry
@@ -240,4 +304,7 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
         for entry in coordinator.ledger_history(DEMO_GROUP, DEMO_TOPIC, partition)
         if entry.run_id == run_id
     ]
-    print(f"in batch after {in_batch_s:.1f} s; canceled, processes gone and member left {stop_s:.1f} s after Terminate")
+    print(
+        f"in batch after {in_batch_s:.1f} s; after Terminate: JVM gone in {gone[java.pid]:.1f} s, its driver process "
+        f"in {gone[java.ppid]:.1f} s, everything in {stop_s:.1f} s"
+    )

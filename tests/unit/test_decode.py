@@ -152,6 +152,15 @@ def test_a_timestamp_without_an_offset_is_read_under_the_naive_policy(policy, te
     assert rows[0] == {"at": expected, "inner": {"at": expected}, "list": [expected, None]}
 
 
+def test_offsets_are_applied_even_when_pyarrow_is_told_to_ignore_them(monkeypatch):
+    """Importing pandera sets PYARROW_IGNORE_TIMEZONE, under which pyarrow drops a datetime's offset."""
+    monkeypatch.setenv("PYARROW_IGNORE_TIMEZONE", "1")
+    value = b'{"at": "2026-01-15T10:00:00+02:00", "inner": {"at": "2026-01-15T10:00:00-01:00"}}'
+    rows, reasons = _decode([value], naive_timestamps="Europe/Paris")
+    assert reasons == [None]
+    assert (rows[0]["at"], rows[0]["inner"]["at"]) == (_utc(2026, 1, 15, 8), _utc(2026, 1, 15, 11))
+
+
 @pytest.mark.parametrize(
     ("value", "path"),
     [
@@ -162,7 +171,7 @@ def test_a_timestamp_without_an_offset_is_read_under_the_naive_policy(policy, te
     ],
 )
 def test_the_quarantine_policy_refuses_a_timestamp_without_an_offset_naming_it(value, path):
-    rows, reasons = _decode([value], naive_timestamps="quarantine")
+    _rows, reasons = _decode([value], naive_timestamps="quarantine")
     assert reasons[0] is not None and reasons[0].startswith(f"timestamp without a time zone at `{path}`"), reasons
     assert "naive_timestamps is 'quarantine'" in reasons[0]
 
@@ -267,6 +276,8 @@ def test_repeats_are_found_among_many_records_of_every_shape():
     _rows, reasons = _decode(values, LEDGER)
     assert [r is not None and r.startswith("duplicate JSON key") for r in reasons] == expected
     assert all(r is None or r.startswith("duplicate JSON key") for r in reasons)
+    decoder = ValueDecoder("json", value_columns_schema("json", LEDGER))  # a slice of a batch, as readers pass
+    assert decoder.decode(pa.array(values, pa.binary()).slice(1001, 1500))[1] == reasons[1001:2501]
 
 
 def _encode(pairs: object) -> str:
