@@ -217,8 +217,12 @@ def _batch(
     )
     outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner)
     sink_root = config.pipeline.sink_path if config.pipeline is not None else None
-    for outcome in outcomes:
-        yield from materializations(outcome, translator, op.run_id, sink_root)
+    try:
+        for outcome in outcomes:
+            yield from materializations(outcome, translator, op.run_id, sink_root)
+    finally:  # the members leave once their batch is reported (killed before: their sessions expire)
+        for outcome in outcomes:
+            outcome.leave()
     summary = {
         f"{METADATA_PREFIX}slots": ",".join(str(s) for s in slots),
         f"{METADATA_PREFIX}generation": ",".join(str(o.generation) for o in outcomes) or "-",

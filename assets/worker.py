@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import dagster as dg
@@ -104,7 +104,12 @@ class BatchRunner(Protocol):
 
 @dataclass(frozen=True)
 class WorkerOutcome:
-    """What one worker run did: its identity in the group, and the batch result (None if idle)."""
+    """What one member did: its identity in the group, and the batch result (None if idle).
+
+    `member` is still in the group: the caller reports the batch, then calls `leave()`, so a run killed
+    before its events were logged is noticed by its session expiring, with no need for Dagster to notice
+    the dead run.
+    """
 
     group: str
     slot: int
@@ -115,6 +120,13 @@ class WorkerOutcome:
     result: BatchResult | None
     lag_after: Mapping[TopicPartition, int]
     attempts: int
+    member: GroupMember | None = field(default=None, compare=False, repr=False)
+    leave_on_finish: bool = True
+
+    def leave(self) -> None:
+        """End the membership: leave the group, or keep the static membership (`leave_on_finish=False`)."""
+        if self.member is not None:
+            self.member.close(leave=self.leave_on_finish)
 
 
 ALL_SLOTS = "all"
@@ -285,8 +297,7 @@ def run_worker(
     except BaseException:
         member.close(leave=group.leave_on_finish)
         raise
-    member.close(leave=group.leave_on_finish)
-    return outcome
+    return replace(outcome, member=member, leave_on_finish=group.leave_on_finish)  # the caller reports, then leaves
 
 
 def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

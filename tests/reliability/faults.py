@@ -11,8 +11,8 @@ One scenario, for a fault point and an assignor:
 4. the membership sensor, with a ManualClock set just past the victim's session deadline (the survivor,
    which heartbeats, stays live), expires the victim, starts the rebalance and requests a rerun of slot 1;
    then the killed run is marked failed, as Dagster's run monitoring does for a dead run worker (there is
-   no monitoring daemon under execute_in_process), and the sensor ticks again: a victim that had left the
-   group before it died (killed before its materialization events) is rerun from that tick;
+   no monitoring daemon under execute_in_process), and the sensor ticks again, adding nothing: a victim
+   stays in the group until its events are logged, so its session expiring is enough;
 5. the gate opens: the survivor finishes through the rebalance (eager: it commits before rejoining;
    cooperative: it rejoins on its heartbeat thread and commits in the new generation, or, killed before
    sync, it rejoins and gets every partition), then the requested rerun runs in-process;
@@ -158,6 +158,7 @@ class FaultReport:
     audit: DeliveryAudit
     leftovers: Leftovers
     rerun_requests: tuple[Mapping[str, str], ...]
+    reruns_before_run_marked_failed: int
     survivor_ok: bool
     rerun_ok: bool
     final_state: str
@@ -264,6 +265,7 @@ class _ScenarioRun:
         self.log = workdir / "victim.log"
         self.victim: subprocess.Popen[bytes] | None = None
         self.victim_run_id = ""
+        self.first_tick_reruns = 0
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
 
@@ -341,8 +343,9 @@ class _ScenarioRun:
     def recover_through_sensor(self) -> list[dg.RunRequest]:
         """Tick the membership sensor twice: just past the victim's session deadline (a ManualClock: the
         survivor, which heartbeats, stays live), then after marking the victim's run failed as Dagster's run
-        monitoring does for a dead run worker (execute_in_process has no monitoring daemon). The second tick
-        covers a victim that had left the group before it died."""
+        monitoring does for a dead run worker (execute_in_process has no monitoring daemon). A victim is in the
+        group until its events are logged, so the first tick already requests its rerun (no dependence on run
+        monitoring, which `dagster dev`'s run launcher cannot do for a dead process); the second must add none."""
         members = _members_by_slot(self.coordinator, self.config)
         dead = members.get(self.scenario.victim_slot)
         if dead is not None:
@@ -361,6 +364,7 @@ class _ScenarioRun:
         sensor = defs.resolve_sensor_def("cohort_membership_sensor")
         with dg.build_sensor_context(instance=self.instance, resources=defs.resources) as context:
             first = sensor.evaluate_tick(context)
+        self.first_tick_reruns = len(first.run_requests or [])
         run = self.instance.get_run_by_id(self.victim_run_id)
         assert run is not None, f"the victim's run {self.victim_run_id} is not in the instance"
         self.instance.report_run_failed(run, "run worker process died (SIGKILL); marked as run monitoring would")
@@ -468,6 +472,7 @@ def run_fault_scenario(
         audit=audit,
         leftovers=leftovers,
         rerun_requests=tuple(dict(r.tags) for r in requests),
+        reruns_before_run_marked_failed=run.first_tick_reruns,
         survivor_ok=survivor_ok,
         rerun_ok=rerun_ok,
         final_state=final_state,
