@@ -78,7 +78,8 @@ def host_slots(
 
     The op's thread only waits, so a terminated run's interrupt reaches it at once (a thread interrupted in the
     middle of a Spark call could make no other until that job ended); it then cancels the Spark jobs, the
-    members' batches fail, the members leave the group and their threads end (`_stop_members`).
+    members' batches fail, the members leave the group and their threads end (`_stop_members`); members whose
+    batch had ended leave too (a later run of the slot reports what they committed).
     """
     if len(slots) > 1:
         spark.get_session()  # started once, before the members share it
@@ -107,6 +108,11 @@ def host_slots(
         interrupted = f"run interrupted ({type(exc).__name__})"
         _log_quietly(context, f"{interrupted}: canceling the Spark jobs of slot(s) {list(slots)}")
         _stop_members(spark, threads)
+        with lock:
+            finished = list(outcomes.values())
+        for outcome in finished:  # slots whose batch ended before the interrupt: their runs report nothing now
+            with contextlib.suppress(Exception):
+                outcome.leave()
         alive = [t.name for t in threads if t.is_alive()]
         _log_quietly(context, f"still running: {alive}" if alive else f"the members of slot(s) {list(slots)} closed")
         raise

@@ -9,17 +9,16 @@ JSON rules (strict, RFC 8259; docs/sink.md, "Decoding rules"): a value must be v
 one JSON object and nothing after it (one leading byte order mark is skipped); each declared field must have
 the declared type (no string <-> number coercion; integers must fit the declared width; timestamps are
 RFC 3339 strings, read under the `naive_timestamps` policy when they carry no offset, and a bare date
-`YYYY-MM-DD` is that day's midnight; dates are `YYYY-MM-DD`); a key the schema declares may appear only once
-per object; fields the schema does not declare are ignored; a missing field or JSON `null` is a null, which a
+`YYYY-MM-DD` is that day's midnight; dates are `YYYY-MM-DD`); no object may repeat a key, at any depth;
+fields the schema does not declare are ignored; a missing field or JSON `null` is a null, which a
 non-nullable field refuses. A null value (a tombstone) has nothing to decode and is quarantined in JSON mode;
 in `utf8` and `bytes` mode it stays a null `value`.
 
 JSON is parsed and type-checked by msgspec (C), one value at a time into a struct type built from the Spark
 schema, and the fields become Arrow columns in one conversion each; a value that fails gets msgspec's
 message, which names the offending field. msgspec keeps the last of repeated keys, so repeats are found
-after it, per batch: a record can repeat a key only if it holds more quote characters than its decoded
-fields account for (counted with numpy), and only such records are searched for the declared names and,
-when one may repeat, parsed again with the standard library, which reports every key.
+after it (see "repeated keys" below): one numpy count per batch clears the records whose quotes their
+decoded fields account for, and only the others are looked at again.
 """
 
 from __future__ import annotations
@@ -381,6 +380,16 @@ def _value_quotes(array: pa.Array, data_type: DataType) -> np.ndarray | int:
     return 0
 
 
+def _set_where_decoded(column: pa.Array, reasons: list[str | None]) -> bool:
+    """Whether `column` holds a value in every record that decoded (its nulls, if a few, are failed records:
+    the common case, where one constant accounts for its quotes)."""
+    if column.null_count == 0:
+        return True
+    if column.null_count > 100:
+        return False
+    return all(reasons[i] is not None for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()))
+
+
 def _quotes(values: pa.Array) -> np.ndarray:
     """The number of `"` bytes in each raw value (numpy over the Arrow buffers; 0 for nulls)."""
     n = len(values)
@@ -536,10 +545,10 @@ class ValueDecoder:
                         reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
         return columns
 
-    def _mismatch(self, value: bytes, message: str, empty: Any) -> tuple[Any, str | None]:
+    def _mismatch(self, value: bytes, message: str, empty: Any, *, dates: bool = True) -> tuple[Any, str | None]:
         """(decoded value, reason) for a value msgspec parsed but refused for the schema."""
         schema = self.columns.simpleString()
-        if message.startswith(_NOT_A_DATETIME) and _has_timestamp(self.columns):
+        if dates and message.startswith(_NOT_A_DATETIME) and _has_timestamp(self.columns):
             return self._with_bare_dates(value, schema, empty)
         if message.startswith(_NO_OFFSET):
             at = _AT.search(message)
@@ -555,7 +564,7 @@ class ValueDecoder:
         try:
             loose = _json_decoder(self.columns.json(), "text").decode(value)
         except msgspec.ValidationError as exc:  # another field is wrong: its message
-            return self._mismatch(value, str(exc), empty)
+            return self._mismatch(value, str(exc), empty, dates=False)
         try:
             return _timestamps_from_text(loose, self.columns, "$", aware, schema), None
         except _Refused as refused:
@@ -567,7 +576,7 @@ class ValueDecoder:
         """Set the reason of each decoded record that repeats a key (see "repeated keys" above)."""
         budget: np.ndarray | int = 0
         for column, field in zip(columns, self.columns.fields, strict=True):
-            if column.null_count == 0 and not isinstance(field.dataType, (StructType, ArrayType)):
+            if not isinstance(field.dataType, (StructType, ArrayType)) and _set_where_decoded(column, reasons):
                 budget = budget + (4 if isinstance(field.dataType, (StringType, TimestampType, DateType)) else 2)
             else:
                 budget = budget + 2 * _valid(column) + _value_quotes(column, field.dataType)

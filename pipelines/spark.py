@@ -3,8 +3,9 @@
 Python workers must run the same interpreter as the driver (the one with confluent-kafka and pyarrow),
 so `PYSPARK_PYTHON` defaults to `sys.executable`.
 
-`open_session` also records what it created (`OwnedSession`), so whoever opened a session can end it
-(`close_session`) without stopping a session, or a JVM, that someone else in the process started and shares.
+`open_session` also records what it created (`OwnedSession`), so the session and the JVM it started are
+ended (`close_session`) when their last user is done, and a session someone else in the process started and
+shares is never stopped.
 """
 
 from __future__ import annotations
@@ -64,17 +65,32 @@ def build_session(
 
 @dataclass(frozen=True)
 class OwnedSession:
-    """A session and what `open_session` created for it.
+    """A handle on the session `open_session` returned; `close_session` releases it.
 
-    `created` is False when the process already had a live session (a classic SparkContext, or a Spark
-    Connect session) that `getOrCreate` returned: its owner stops it, not us. `jvm` is the local JVM
-    (`spark-submit`) launched for this session, None when a JVM was already running in the process, when
-    it was provided from outside (`PYSPARK_GATEWAY_PORT`) or for Spark Connect.
+    `created` says whether this call created the session (the process had no live session: no classic
+    SparkContext, no Spark Connect session). A session an `open_session` created is stopped, with the local
+    JVM launched for it, when its last handle is closed (two runs in one process share it). A session that
+    existed otherwise (a script's, the tests' shared one) is never stopped: `key` is None.
     """
 
     session: SparkSession
     created: bool
-    jvm: subprocess.Popen[bytes] | None = None
+    key: int | None
+
+
+@dataclass
+class _Opened:
+    """A session `open_session` created: the object keyed (kept alive so its id is not reused), the open
+    handles, and the local JVM launched for it (None when one was running already, when it was provided
+    from outside through `PYSPARK_GATEWAY_PORT`, and for Spark Connect)."""
+
+    owner: object
+    handles: int
+    jvm: subprocess.Popen[bytes] | None
+
+
+_opened: dict[int, _Opened] = {}
+_opened_lock = threading.Lock()
 
 
 def open_session(
@@ -84,19 +100,33 @@ def open_session(
     app_name: str = "cohort",
     conf: Mapping[str, str] | None = None,
 ) -> OwnedSession:
-    """`build_session`, noting whether it created the session and launched its JVM (see `OwnedSession`)."""
+    """`build_session`, as a handle that knows whether the session (and its JVM) are ours to end."""
+    jvm = None
     if remote:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
         existing: object = ConnectSession.getActiveSession() or ConnectSession._get_default_session()
         session = build_session(master=None, remote=remote, app_name=app_name, conf=conf)
-        return OwnedSession(session, created=existing is None or session is not existing)
-    with SparkSession.Builder._lock:  # getOrCreate's own (reentrant) lock: no other thread creates meanwhile
-        had_context = SparkContext._active_spark_context is not None
-        had_gateway = SparkContext._gateway is not None
-        session = build_session(master=master, app_name=app_name, conf=conf)
-    proc = None if had_gateway else getattr(SparkContext._gateway, "proc", None)
-    return OwnedSession(session, created=not had_context, jvm=proc if isinstance(proc, subprocess.Popen) else None)
+        created = existing is None or session is not existing
+        owner: object = session
+    else:
+        with SparkSession.Builder._lock:  # getOrCreate's own (reentrant) lock: no other thread creates meanwhile
+            had_context = SparkContext._active_spark_context is not None
+            had_gateway = SparkContext._gateway is not None
+            session = build_session(master=master, app_name=app_name, conf=conf)
+        created = not had_context
+        owner = session.sparkContext
+        proc = None if had_gateway else getattr(SparkContext._gateway, "proc", None)
+        jvm = proc if isinstance(proc, subprocess.Popen) else None
+    key: int | None = id(owner)
+    with _opened_lock:
+        if created:
+            _opened[id(owner)] = _Opened(owner, 1, jvm)
+        elif id(owner) in _opened:
+            _opened[id(owner)].handles += 1
+        else:
+            key = None
+    return OwnedSession(session, created=created, key=key)
 
 
 def cancel_jobs(session: SparkSession) -> None:
@@ -115,17 +145,25 @@ def cancel_jobs(session: SparkSession) -> None:
 
 
 def close_session(owned: OwnedSession, *, timeout_s: float = 60.0) -> None:
-    """Stop the session if `open_session` created it, then end the JVM it launched (and only that one).
+    """Release the handle; the last handle on a session `open_session` created stops it and ends its JVM.
 
     The stop runs on a fresh thread (its own py4j connection: the caller's may be stuck in an interrupted
     call), bounded by `timeout_s`; the JVM is then told to exit (its stdin closes, as when the driver process
     ends) and killed if it has not exited within `timeout_s`. A later `open_session` starts a new JVM.
     """
-    if not owned.created:
+    if owned.key is None:
         return
+    with _opened_lock:
+        entry = _opened.get(owned.key)
+        if entry is None:
+            return
+        entry.handles -= 1
+        if entry.handles > 0:
+            return
+        del _opened[owned.key]
     _bounded(owned.session.stop, timeout_s, "spark-stop")
-    if owned.jvm is not None:
-        _end_jvm(owned.jvm, timeout_s)
+    if entry.jvm is not None:
+        _end_jvm(entry.jvm, timeout_s)
 
 
 def _bounded(call: Callable[[], object], timeout_s: float, name: str) -> None:

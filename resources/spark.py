@@ -1,8 +1,9 @@
 """The Spark resource: local mode by default, a master URL or a Spark Connect remote for a cluster.
 
 The resource owns the session it creates: at the end of the run (`teardown_after_execution`) it stops that
-session and ends the local JVM it launched. A session that already existed in the process (one a test or
-a script started and shares) is used but never stopped.
+session and ends the local JVM it launched (if another run in the same process uses the session too, the
+last of them does). A session that already existed in the process (one a test or a script started and
+shares) is used but never stopped.
 
 Example:
     >>> spark = SparkResource()                                  # local[2]

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -103,13 +104,37 @@ def _descendants(procs: dict[int, Proc], root: int) -> dict[int, Proc]:
     return tree
 
 
+def _alive(proc: Proc) -> bool:
+    """Whether the process still runs (the same one: same start time; a zombie has ended)."""
+    stat = _read(f"/proc/{proc.pid}/stat").decode(errors="replace")
+    if ")" not in stat:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and int(fields[19]) == proc.started
+
+
 def _kill(procs: dict[int, Proc]) -> None:
-    """SIGKILL these processes by pid, each only if it is still the same process (same start time)."""
+    """SIGKILL these processes by pid, each only if it is still the same process."""
     for proc in procs.values():
-        stat = _read(f"/proc/{proc.pid}/stat").decode(errors="replace")
-        if ")" in stat and int(stat[stat.rindex(")") + 2 :].split()[19]) == proc.started:
+        if _alive(proc):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
+
+
+def _watch_ends(procs: list[Proc], since: float) -> dict[int, float]:
+    """Seconds after `since` at which each process ended, filled in by a thread polling every 20 ms (bounded)."""
+    ended: dict[int, float] = {}
+
+    def poll() -> None:
+        deadline = since + STOP_BOUND_S
+        while len(ended) < len(procs) and time.monotonic() < deadline:
+            for proc in procs:
+                if proc.pid not in ended and not _alive(proc):
+                    ended[proc.pid] = time.monotonic() - since
+            time.sleep(0.02)
+
+    threading.Thread(target=poll, name="watch-ends", daemon=True).start()
+    return ended
 
 
 def _wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, log: Path) -> Any:
@@ -179,6 +204,7 @@ def _loaded(port: int, job: str) -> bool:
 
 
 OWN_SESSION = """
+import contextlib
 import os
 import dagster as dg
 from cohort.resources import SparkResource
@@ -195,16 +221,22 @@ def jvms():
             found.append(int(pid))
     return found
 
-with dg.build_resources({"spark": SparkResource(master="local[1]")}) as resources:
-    assert resources.spark.get_session().range(3).count() == 3
-    started = jvms()
+first, second = contextlib.ExitStack(), contextlib.ExitStack()
+creator = first.enter_context(dg.build_resources({"spark": SparkResource(master="local[1]")})).spark
+sharer = second.enter_context(dg.build_resources({"spark": SparkResource(master="local[1]")})).spark
+assert creator.get_session().range(3).count() == 3
+assert sharer.get_session().range(4).count() == 4  # a second run in the process shares the session
+started = jvms()
+first.close()  # the run that created it ends first: the other still uses it
+assert sharer.get_session().range(5).count() == 5
+second.close()  # the last one ends: the session stops and the JVM ends
 print(len(started), len(jvms()))
 """
 
 
 def test_the_spark_resource_stops_the_session_it_created_and_ends_its_jvm():
-    """A process with no Spark session: the resource creates one, and Dagster's end of the run ends it and
-    its JVM while the process lives on."""
+    """A process with no Spark session: a run's resource creates one, a second run's shares it, and the end of
+    the last run (Dagster's resource teardown) stops it and ends its JVM while the process lives on."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     done = subprocess.run(
         [sys.executable, "-c", OWN_SESSION], capture_output=True, text=True, timeout=240, env=env, check=False
@@ -269,15 +301,13 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
         assert client.get_run_status(run_id) is dg.DagsterRunStatus.STARTED
         in_batch_s = time.monotonic() - started
 
-        client.terminate_run(run_id)  # the UI's Terminate
+        driver = _marked(marker)[java.ppid]  # the Python process that drives the JVM (the step's)
         terminated = time.monotonic()
-        gone: dict[int, float] = {}  # pid -> seconds after Terminate it was first seen gone
+        gone = _watch_ends([java, driver], terminated)
+        client.terminate_run(run_id)  # the UI's Terminate
         deadline = terminated + STOP_BOUND_S
         while time.monotonic() < deadline:
             marked = _marked(marker)
-            for pid in (java.pid, java.ppid):  # the JVM and the Python process that drives it (the step's)
-                if pid not in marked:
-                    gone.setdefault(pid, time.monotonic() - terminated)
             left = [p for pid, p in marked.items() if pid not in before_launch and "resource_tracker" not in p.cmdline]
             status = client.get_run_status(run_id)
             if not left and not members_of(run_id) and status is dg.DagsterRunStatus.CANCELED:
@@ -290,13 +320,14 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
                 f"members {members_of(run_id)}\n{_tail(log)}"
             )
         stop_s = time.monotonic() - terminated
+        _wait_for(lambda: len(gone) == 2, 5, "the watcher to see the JVM and its driver end", log)
         assert webserver.poll() is None  # the UI itself keeps running
         messages = [record.user_message for record in instance.all_logs(run_id)]
 
     # the run canceled its Spark jobs, and the Spark resource ended the JVM before the run's process exited
     assert any("canceling the Spark jobs" in m for m in messages), messages
     assert any("closed" in m and "members of slot(s)" in m for m in messages), messages
-    assert gone[java.pid] < gone[java.ppid], gone
+    assert gone[java.pid] < gone[driver.pid], gone
     # the batch was canceled before its commit: nothing of this run in the ledger, its ranges are read again
     assert not [
         entry
@@ -306,5 +337,5 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
     ]
     print(
         f"in batch after {in_batch_s:.1f} s; after Terminate: JVM gone in {gone[java.pid]:.1f} s, its driver process "
-        f"in {gone[java.ppid]:.1f} s, everything in {stop_s:.1f} s"
+        f"in {gone[driver.pid]:.1f} s, everything in {stop_s:.1f} s"
     )
