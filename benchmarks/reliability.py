@@ -74,7 +74,8 @@ BOUNDARIES: tuple[tuple[str, str], ...] = (
     ("after the ledger commit, before the Kafka mirror", "the mirror's `mirror`, on entry"),
     (
         "after the Kafka mirror, before the materialization events",
-        "`cohort.assets.group_batch.materializations`, on entry: the member is still in the group (it leaves once its events are logged)",
+        "`cohort.assets.group_batch.materializations`, on entry: the member is still in the group "
+        "(it leaves once its events are logged)",
     ),
     ("while heartbeating", "`Coordinator.heartbeat` on the heartbeat thread, once accepted while the batch runs"),
 )
