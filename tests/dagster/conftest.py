@@ -42,4 +42,3 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     home.mkdir(exist_ok=True)
     with instance_for(Setup("", "g", (), "", "", str(home))) as opened:
         yield opened
-
