@@ -119,6 +119,33 @@ def test_asset_checks_fail_on_a_forged_gap_and_on_lag(make_setup, topic_factory,
     assert checks[CHECK_LAG].metadata["cohort/max_lag"].value == 4
 
 
+def test_a_materialization_reported_by_hand_fails_the_audit_naming_it(
+    make_setup, topic_factory, produce_records, instance, spark
+):
+    """The UI's "Report materialization" (a runless event with no offsets) and a forged range the ledger never
+    committed do not pass for Cohort's: the contiguity check fails and names them."""
+    topic = topic_factory(2, suffix="faked")
+    produce_records(topic, json_records(10, 2))
+    setup = make_setup((topic,), slots=1, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    job = defs.resolve_job_def(T.get_job_name(config.group))
+    assert job.execute_in_process(run_config=worker_run_config(config, 1), instance=instance).success
+    assert all(c.passed for c in _checks(defs, config, instance).values())
+    key = T.get_asset_key(config.group, topic)
+
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, partition="1"))
+    checks = _checks(defs, config, instance)
+    assert not checks[CHECK_CONTIGUOUS].passed
+    details = checks[CHECK_CONTIGUOUS].metadata["cohort/details"].value
+    assert f"{topic}-1: materialization by run" in details and "records no offsets" in details
+
+    forged = {"cohort/from_offset": "5", "cohort/until_offset": "9"}
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, partition="0", metadata=forged))
+    details = _checks(defs, config, instance)[CHECK_CONTIGUOUS].metadata["cohort/details"].value
+    assert f"{topic}-0: materialization [5, 9) is not in the ledger" in details
+
+
 def test_any_later_run_of_the_slot_reports_ranges_that_lost_runs_committed(
     make_setup, topic_factory, produce_records, instance, spark
 ):
