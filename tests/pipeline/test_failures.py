@@ -46,8 +46,9 @@ def test_a_task_failing_mid_read_leaves_no_files_and_no_commit(spark, kafka_conf
     )
 
     # the task reading [2258, 3011) of partition 1 stalls at the big record (or loses its connection to
-    # it) and fails; the tasks before it read their spans completely
-    with pytest.raises(Exception, match=rf"ReadError: .*{topic}-1 at offset (22[5-9][0-9]|2[3-9][0-9][0-9]|300[0-9])"):
+    # it) and fails; on a loaded machine a task of the same partition reading beside it can be starved by the
+    # broker while it serves the big record and fail first: either way a task of partition 1 fails the batch
+    with pytest.raises(Exception, match=rf"ReadError: .*{topic}-1 at offset \d+"):
         run_batch(spark, spec, kafka_config, tps, ledger)
 
     assert_nothing_visible(lake)
