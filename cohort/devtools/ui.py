@@ -30,7 +30,7 @@ from pathlib import Path
 from cohort.demo.definitions import DEMO_TOPIC
 from cohort.devtools.topics import create_topic, produce
 
-__all__ = ["PRODUCER_PARTITIONS", "sample_event", "serve_ui", "ui_environment"]
+__all__ = ["PRODUCER_PARTITIONS", "sample_event", "serve_ui", "stop_process_group", "ui_environment"]
 
 PRODUCER_PARTITIONS = 6
 KINDS = ("view", "click", "purchase")
@@ -94,12 +94,13 @@ def serve_ui(bootstrap: str, root: Path, *, port: int = 3000, startup_timeout_s:
             time.sleep(1)
         yield base
     finally:
-        _stop(process)
+        stop_process_group(process)
         log.close()
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the dagster dev process group, SIGKILL it if it does not exit within 30 s."""
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a Dagster server's process group (started with `start_new_session`), SIGKILL it if it does not
+    exit within 30 s."""
     if process.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):

@@ -40,7 +40,7 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config
 from cohort.devtools.embedded_broker import free_port
 from cohort.devtools.topics import create_topic, partition_counts
-from cohort.devtools.ui import ui_environment
+from cohort.devtools.ui import stop_process_group, ui_environment
 from cohort.resources import SparkResource
 
 T = DagsterCohortTranslator()
@@ -162,14 +162,7 @@ def _webserver(root: Path, env: dict[str, str], port: int, marker: str) -> Itera
     try:
         yield process
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        stop_process_group(process)
         _kill(_marked(marker))
         log.close()
 
