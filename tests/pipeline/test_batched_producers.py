@@ -25,15 +25,23 @@ PARTITIONS = 3
 def _produce(config: dict, topic: str, first: int, count: int) -> Counter[int]:
     """`count` orders (every 40th malformed) through a plain producer with librdkafka's default batching."""
     producer = Producer(config)
+    failed: list[str] = []
     per_partition: Counter[int] = Counter()
     for i in range(first, first + count):
         partition = (i % 5) % PARTITIONS  # 2 : 2 : 1
         value = b"not json" if i % 40 == 0 else order(i)
-        producer.produce(topic, key=f"k{i}".encode(), value=value, partition=partition)
+        producer.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=value,
+            partition=partition,
+            on_delivery=lambda err, _msg: failed.append(str(err)) if err is not None else None,
+        )
         per_partition[partition] += 1
         if i % 500 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
+    assert not failed, f"{len(failed)} records not delivered, first: {failed[0]}"
     return per_partition
 
 
@@ -89,8 +97,8 @@ def test_default_batching_is_consumed_in_full_and_lag_is_true(
 def test_end_offsets_taken_while_a_producer_writes_are_prompt_and_readable(kafka_config, topic_factory):
     """A partition that keeps receiving records never reports end-of-partition: its probe stops soon after
     its first records, and every offset below the end it reports holds a record (a plan can read to it)."""
-    topic = topic_factory(2)
-    tps = [TopicPartition(topic, p) for p in range(2)]
+    topic = topic_factory(PARTITIONS)  # `_produce` writes to all three partitions
+    tps = [TopicPartition(topic, p) for p in range(2)]  # 0 keeps receiving records below, 1 stays idle
     _produce(kafka_config, topic, 0, 300)
     stop = threading.Event()
 
