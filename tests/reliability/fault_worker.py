@@ -143,9 +143,10 @@ def _start_spark_early(point: str) -> None:
     if not next(p for p in POINTS if p.key == point).reads:
         return
 
-    def start() -> None:
-        from cohort.pipelines.spark import build_session
+    # Imported here, not on the thread: two threads importing pyspark at once meet its modules half-initialised.
+    from cohort.pipelines.spark import build_session
 
+    def start() -> None:
         build_session(master=SPARK_MASTER, conf={"spark.ui.showConsoleProgress": "false", **SPARK_CONF})
 
     threading.Thread(target=start, name="spark-start", daemon=True).start()

@@ -55,9 +55,10 @@ def _start_spark_early() -> None:
     """Start this process's Spark JVM on a thread while Dagster is imported and the slot joins; the run's
     `get_session()` then returns the same session (this process's start is the scenario's longest wait)."""
 
-    def start() -> None:
-        from cohort.resources import SparkResource
+    # Imported here, not on the thread: two threads importing pyspark at once meet its modules half-initialised.
+    from cohort.resources import SparkResource
 
+    def start() -> None:
         SparkResource(master=SPARK_MASTER, conf=SPARK_CONF).get_session()
 
     threading.Thread(target=start, name="spark-start", daemon=True).start()
