@@ -57,9 +57,14 @@ class CohortDefinitions:
 
 
 def build_worker_schedule(
-    config: CohortConfig, job: AssetJob, translator: DagsterCohortTranslator
+    config: CohortConfig,
+    job: AssetJob,
+    translator: DagsterCohortTranslator,
+    *,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.ScheduleDefinition | None:
-    """A schedule launching one run per worker slot on `config.schedule` (stopped by default)."""
+    """A schedule launching one run per worker slot on `config.schedule` (stopped unless `default_status`
+    says RUNNING: a deployment that should batch from its first start, with no one to turn it on)."""
     if config.schedule is None:
         return None
     slots = range(1, config.worker_slots + 1)
@@ -68,7 +73,7 @@ def build_worker_schedule(
         name=f"cohort_batches__{safe_name(config.group)}",
         cron_schedule=config.schedule,
         job=job,
-        default_status=dg.DefaultScheduleStatus.STOPPED,
+        default_status=default_status,
         description=f"One batch of group {config.group!r}: a run per worker slot.",
     )
     def worker_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
@@ -91,9 +96,10 @@ def cohort_assets(
     translator: DagsterCohortTranslator | None = None,
     runner: BatchRunner | None = None,
     clock: Clock | None = None,
+    schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> CohortDefinitions:
     """The group's assets (topic and landed data, partitioned by Kafka partition) with their checks, the
-    worker job, the checks job and the schedule."""
+    worker job, the checks job and the schedule (its default status `schedule_status`)."""
     translator = translator or DagsterCohortTranslator()
     assets = build_group_assets(config, translator, runner=runner, clock=clock)
     keys = [spec.key for spec in assets.specs]
@@ -117,7 +123,7 @@ def cohort_assets(
         assets=assets,
         worker_job=job,
         checks_job=checks_job,
-        schedule=build_worker_schedule(config, job, translator),
+        schedule=build_worker_schedule(config, job, translator, default_status=schedule_status),
     )
 
 
@@ -130,13 +136,18 @@ def build_cohort_definitions(
     clock: Clock | None = None,
     runner: BatchRunner | None = None,
     sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.Definitions:
-    """Definitions for several groups sharing one Kafka and one Spark resource."""
+    """Definitions for several groups sharing one Kafka and one Spark resource: the sensors start running
+    (`sensor_status`), the schedules stopped (`schedule_status`) unless told otherwise."""
     translator = translator or DagsterCohortTranslator()
     names = [c.group for c in configs]
     if len(set(names)) != len(names):
         raise ValueError(f"each group may appear once, got {names}")
-    parts = [cohort_assets(c, translator=translator, runner=runner, clock=clock) for c in configs]
+    parts = [
+        cohort_assets(c, translator=translator, runner=runner, clock=clock, schedule_status=schedule_status)
+        for c in configs
+    ]
     jobs = [p.worker_job for p in parts]
     resources: dict[str, Any] = {"kafka": kafka, "spark": spark or SparkResource()}
     for part in parts:

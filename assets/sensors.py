@@ -32,7 +32,7 @@ from cohort.assets.membership import Rerun, RunState, RunView, decide_evictions,
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import ALL_SLOTS, GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
 from cohort.assignment.clock import Clock
-from cohort.assignment.errors import CoordinatorError
+from cohort.assignment.errors import CoordinatorError, StoreError
 from cohort.assignment.group_state import GroupRecord, subscribed_counts
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
@@ -159,6 +159,8 @@ def _membership_tick(
             coordinator.evict_member(config.group, eviction.member_id, eviction.reason)
             evicted = True
         except CoordinatorError as exc:  # already gone: the events below tell what happened
+            if isinstance(exc, StoreError):
+                raise
             context.log.info(f"group {config.group!r}: eviction of {eviction.member_id} skipped: {exc}")
     if evictions.expire and not evicted:
         coordinator.expire(config.group)

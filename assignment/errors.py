@@ -204,6 +204,14 @@ class StoreUnavailableError(StoreError):
     retriable = True
 
 
+class StoreTransactionError(StoreError):
+    """A transaction on the store failed (the connection dropped, the database refused a statement): nothing
+    of it was applied, so the same call may be made again."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
 class StoreNotFoundError(StoreError):
     """A store opened without creating it (read-only tools) does not exist: no SQLite file, no Cohort tables."""
 

@@ -43,6 +43,7 @@ from cohort.assignment.errors import (
     StaleGroupVersionError,
     StoreError,
     StoreNotFoundError,
+    StoreTransactionError,
     StoreUnavailableError,
 )
 from cohort.assignment.group_state import GroupEvent, GroupRecord
@@ -173,9 +174,12 @@ class SqlGroupStore:
             if not create:
                 _require_schema(store, _shown(url))
             return store
-        except sa.exc.DBAPIError as exc:
+        except (sa.exc.DBAPIError, StoreUnavailableError, StoreTransactionError) as exc:
             engine.dispose()
-            raise StoreUnavailableError(f"cannot open the store {_shown(url)}: {_cause(exc)}") from exc
+            cause = exc if isinstance(exc, sa.exc.DBAPIError) else exc.__cause__
+            if not isinstance(cause, sa.exc.DBAPIError):
+                raise
+            raise StoreUnavailableError(f"cannot open the store {_shown(url)}: {_cause(cause)}") from cause
         except BaseException:
             engine.dispose()
             raise
@@ -188,16 +192,20 @@ class SqlGroupStore:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
+        with _as_store_error(self.engine, "a read"), self.engine.connect() as conn:
             conn.execution_options(cohort_read_only=True)
             with conn.begin():
                 yield conn
 
     def transact(self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
-        """Run `step` on the group under its lock and persist its decision in the same transaction."""
+        """Run `step` on the group under its lock and persist its decision in the same transaction.
+
+        A database error becomes a `StoreTransactionError` naming the store and the group (nothing of the
+        transaction was applied); the coordinator's own refusals pass as they are."""
         for attempt in range(5):
             try:
-                return self._transact_once(group, step)
+                with _as_store_error(self.engine, f"a transaction of group {group!r}", passing=sa.exc.IntegrityError):
+                    return self._transact_once(group, step)
             except (sa.exc.IntegrityError, StaleGroupVersionError):
                 # Two processes created the same new group at once: the loser retries and finds the row.
                 self._cache.pop(group, None)
@@ -455,6 +463,22 @@ def _shown(url: str | sa.URL) -> str:
         return str(url) if isinstance(url, str) and parsed.password is None else parsed.render_as_string()
     except (sa.exc.ArgumentError, ValueError):  # not a URL: hide what looks like a password all the same
         return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", str(url))
+
+
+@contextmanager
+def _as_store_error(
+    engine: Engine, what: str, passing: type[BaseException] | tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
+    """Turn a database error inside the block (other than `passing`) into a one-line `StoreError`: a lost or
+    refused connection `StoreUnavailableError`, any other `StoreTransactionError`."""
+    try:
+        yield
+    except passing:
+        raise
+    except sa.exc.OperationalError as exc:
+        raise StoreUnavailableError(f"the store {_shown(engine.url)} failed {what}: {_cause(exc)}") from exc
+    except sa.exc.DBAPIError as exc:
+        raise StoreTransactionError(f"the store {_shown(engine.url)} failed {what}: {_cause(exc)}") from exc
 
 
 def _cause(exc: sa.exc.DBAPIError) -> str:

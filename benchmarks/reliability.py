@@ -28,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+from benchmarks.soak import SECTION as SOAK_SECTION
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.pipelines.spark import build_session
 from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario
@@ -234,7 +235,9 @@ def main() -> int:
         for problem in outcome.problems:
             print(f"problem: {outcome.fault} {outcome.point} / {outcome.assignor}: {problem}", file=sys.stderr)
     if args.write:
-        OUTPUT.write_text(render(reports, others, command.strip(), seconds))
+        kept = OUTPUT.read_text().partition(SOAK_SECTION) if OUTPUT.exists() else ("", "", "")
+        soak = f"\n{kept[1]}{kept[2]}" if kept[1] else ""  # the soak's section: benchmarks/soak.py writes it
+        OUTPUT.write_text(render(reports, others, command.strip(), seconds).rstrip("\n") + "\n" + soak)
     print(
         json.dumps(
             {

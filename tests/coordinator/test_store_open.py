@@ -16,9 +16,11 @@ from cohort.assignment.errors import (
     InvalidStoreUrlError,
     StoreError,
     StoreNotFoundError,
+    StoreTransactionError,
     StoreUnavailableError,
 )
 from cohort.assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore
+from cohort.common.types import OffsetRange, TopicPartition
 
 UNREACHABLE = "postgresql+psycopg://cohort:s3cret@127.0.0.1:1/cohort"  # nothing listens on port 1
 
@@ -106,3 +108,31 @@ def test_postgresql_connections_give_up_after_a_connect_timeout(url, timeout):
         engine.connect()
     assert seen["connect_timeout"] == timeout
     engine.dispose()
+
+
+def test_a_failed_transaction_is_a_store_error_naming_the_store_and_group_and_applies_nothing(pg_url: str):
+    """A transaction the database refuses (here a trigger on the ledger's insert) surfaces as one line that
+    names the store, the group and the database's reason; nothing of it is applied, and the next one works."""
+    coordinator = Coordinator.from_url(pg_url)
+    ledger = coordinator.standalone_ledger("orders")
+    ledger.commit([OffsetRange("t", 0, 0, 5, records=5)])
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'ledger insert refused'; END $$ "
+            "LANGUAGE plpgsql; CREATE TRIGGER refuse BEFORE INSERT ON cohort_offset_ranges FOR EACH ROW "
+            "EXECUTE FUNCTION refuse();"
+        )
+    with pytest.raises(StoreTransactionError) as raised:
+        ledger.commit([OffsetRange("t", 0, 5, 9, records=4)])
+    message = str(raised.value)
+    assert "\n" not in message and "postgresql+psycopg://" in message, message
+    assert "group 'orders'" in message and "ledger insert refused" in message, message
+    assert isinstance(raised.value, StoreError) and raised.value.retriable
+    assert coordinator.fetch_offsets("orders", [TopicPartition("t", 0)]) == {TopicPartition("t", 0): 5}
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER refuse ON cohort_offset_ranges")
+    ledger.commit([OffsetRange("t", 0, 5, 9, records=4)])
+    assert coordinator.fetch_offsets("orders", [TopicPartition("t", 0)]) == {TopicPartition("t", 0): 9}
+    engine.dispose()
+    coordinator.close()
