@@ -23,12 +23,14 @@ import dagster as dg
 
 from cohort.assets.translator import consumed_offsets
 from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.messages import RESET
 from cohort.common.types import TopicPartition
 
 __all__ = ["Materialized", "PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
 
-LedgerRange = tuple[int, int, str | None]
-"""(from_offset, until_offset, gap_reason) of one ledger entry."""
+LedgerRange = tuple[int, int, str | None] | tuple[int, int, str | None, str]
+"""(from_offset, until_offset, gap_reason[, kind]) of one ledger entry, in the order they were made; kind is
+"commit" (the default) or "reset" (an operator moved the position from `from_offset` to `until_offset`)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class PartitionAudit:
     lag: int
     problems: tuple[str, ...]
     last_commit_at: float | None = None
+    resets: int = 0
 
     @property
     def ok(self) -> bool:
@@ -68,12 +71,14 @@ def audit_partition(
     """
     problems: list[str] = []
     previous: int | None = None
-    for start, until, _gap in ledger:
+    for entry in ledger:
+        start, until = entry[0], entry[1]
         if previous is not None and start != previous:
             kind = "gap" if start > previous else "overlap"
             problems.append(f"{tp}: ledger {kind} between offset {previous} and range [{start}, {until})")
         previous = until
-    recorded = {(s, u) for s, u, gap in ledger if gap is None and u > s}
+    resets = sum(1 for e in ledger if _is_reset(e))
+    recorded = {(e[0], e[1]) for e in ledger if e[2] is None and e[1] > e[0] and not _is_reset(e)}
     shown = {(s, u) for s, u in materialized if u > s}
     for s, u in sorted(recorded - shown):
         problems.append(f"{tp}: ledger range [{s}, {u}) has no materialization")
@@ -87,8 +92,9 @@ def audit_partition(
     position = committed if committed is not None else low_offset
     return PartitionAudit(
         tp=tp,
-        ledger_ranges=len(ledger),
-        gaps=sum(1 for _s, _u, gap in ledger if gap is not None),
+        ledger_ranges=len(ledger) - resets,
+        gaps=sum(1 for e in ledger if e[2] is not None),
+        resets=resets,
         committed=committed,
         kafka_committed=kafka_committed,
         end_offset=end_offset,
@@ -96,6 +102,10 @@ def audit_partition(
         problems=tuple(problems),
         last_commit_at=last_commit_at,
     )
+
+
+def _is_reset(entry: LedgerRange) -> bool:
+    return len(entry) > 3 and entry[3] == RESET
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def gather_audits(
     audits = []
     for tp in tps:
         entries = coordinator.ledger_history(group, *tp)
-        ledger = [(e.from_offset, e.until_offset, e.gap_reason) for e in entries]
+        ledger: list[LedgerRange] = [(e.from_offset, e.until_offset, e.gap_reason, e.kind) for e in entries]
         low, high = marks[tp]
         shown = materialized_ranges(instance, asset_key, tp.partition)
         audits.append(

@@ -398,6 +398,7 @@ def unreported_materializations(
                 e
                 for e in coordinator.ledger_history(config.group, topic, partition)
                 if (e.instance_id is None or e.instance_id in instance_ids or (rerun_of and e.run_id == rerun_of))
+                and not e.is_reset
                 and e.gap_reason is None
                 and e.until_offset > e.from_offset
             ]

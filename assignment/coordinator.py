@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
 from cohort.assignment.join import check_join_request
-from cohort.assignment.ledger import decide_commit
+from cohort.assignment.ledger import decide_commit, decide_reset
 from cohort.assignment.messages import (
     CommitRequest,
     Decision,
@@ -44,6 +44,7 @@ from cohort.assignment.messages import (
     JoinPending,
     JoinRequest,
     LedgerEntry,
+    ResetRequest,
     SyncComplete,
     SyncPending,
 )
@@ -260,6 +261,21 @@ class Coordinator:
 
         return self._run(group, decide).result()
 
+    def reset_offsets(
+        self, group: str, positions: Mapping[TopicPartition, int], *, actor: str, reason: str
+    ) -> tuple[LedgerEntry, ...]:
+        """Move committed offsets to `positions` (an operator's reset), recording who and why as reset entries
+        of the ledger; partitions already there get none. NON_EMPTY_GROUP while the group has members;
+        INVALID_OFFSET_RANGE for a negative offset. Mirroring the new positions to Kafka is the caller's."""
+        wanted = {TopicPartition(validate_topic_name(tp[0]), tp[1]): offset for tp, offset in positions.items()}
+        request = ResetRequest(wanted, actor=actor, reason=reason)
+        partitions = sorted(wanted)
+
+        def decide(current: GroupRecord | None, heads: HeadReader, ctx: Context) -> Decision[tuple[LedgerEntry, ...]]:
+            return decide_reset(current, group, request, heads(partitions) if partitions else {}, ctx)
+
+        return self._run(group, decide).result()
+
     def fetch_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The next offset to read per partition (None where nothing was committed)."""
         validate_group_name(group)
@@ -267,7 +283,8 @@ class Coordinator:
         return self.store.committed(group, wanted)
 
     def ledger_history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
-        """Every committed range of one partition, oldest first, with run id, member, generation, counts, time."""
+        """Every entry of one partition's ledger in the order they were made (committed ranges and offset
+        resets), with run id, member, generation, counts, time."""
         validate_group_name(group)
         validate_topic_name(topic)
         return self.store.history(group, topic, partition)

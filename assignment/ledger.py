@@ -37,16 +37,17 @@ from cohort.assignment.errors import (
     IllegalGenerationError,
     InvalidOffsetRangeError,
     NonContiguousRangeError,
+    NonEmptyGroupError,
     PartitionNotOwnedError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
 from cohort.assignment.group_state import GroupRecord, GroupState
-from cohort.assignment.messages import CommitRequest, Decision, LedgerEntry
+from cohort.assignment.messages import RESET, CommitRequest, Decision, LedgerEntry, ResetRequest
 from cohort.assignment.rebalance import Context, check_member, start
 from cohort.common.types import OffsetRange, TopicPartition
 
-__all__ = ["decide_commit", "plan_ranges"]
+__all__ = ["decide_commit", "decide_reset", "plan_ranges"]
 
 
 def plan_ranges(
@@ -182,3 +183,56 @@ def decide_commit(
         member = replace(member, progress_deadline=ctx.now + member.progress_timeout)
         outcome = outcome.but(current.with_member(member))
     return Decision(outcome, response=entries, entries=entries, heads=changed)
+
+
+def decide_reset(
+    group: GroupRecord | None,
+    name: str,
+    req: ResetRequest,
+    heads: Mapping[TopicPartition, int | None],
+    ctx: Context,
+) -> Decision[tuple[LedgerEntry, ...]]:
+    """Move committed offsets to `req.positions`, one reset entry per partition whose position changes.
+
+    Refused with NON_EMPTY_GROUP while the group has members (as Kafka refuses a reset of an active group):
+    a live member would go on committing from where it stands. A reset entry runs from the old position
+    to the new one, so the ledger's history stays contiguous: the next range starts where the reset ended.
+    A partition with nothing committed gets an entry from its new position to itself.
+    """
+    outcome = start(group, name, ctx)
+    current = outcome.group
+    if current.members:
+        return Decision(
+            outcome,
+            error=NonEmptyGroupError(
+                f"offsets of group {name!r} can only be reset while it has no members, but it has "
+                f"{len(current.members)} (state {current.state}): stop its runs, or wait for them to finish"
+            ),
+        )
+    for tp, offset in req.positions.items():
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            return Decision(outcome, error=InvalidOffsetRangeError(f"{tp}: cannot reset to offset {offset!r}"))
+    note = f"{req.actor}: {req.reason}"
+    entries = tuple(
+        LedgerEntry(
+            group=name,
+            topic=tp.topic,
+            partition=tp.partition,
+            from_offset=heads[tp] if heads.get(tp) is not None else offset,  # type: ignore[arg-type]
+            until_offset=offset,
+            records=0,
+            quarantined=0,
+            gap_reason=None,
+            run_id=None,
+            member_id=None,
+            instance_id=None,
+            generation=current.generation,
+            committed_at=ctx.now,
+            kind=RESET,
+            note=note,
+        )
+        for tp, offset in sorted(req.positions.items())
+        if heads.get(tp) != offset
+    )
+    moved = {e.topic_partition: e.until_offset for e in entries}
+    return Decision(outcome, response=entries, entries=entries, heads=moved)

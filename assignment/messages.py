@@ -17,7 +17,9 @@ from cohort.assignment.types import Subscription
 from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = [
+    "COMMIT",
     "DEFAULT_ASSIGNORS",
+    "RESET",
     "CommitRequest",
     "Decision",
     "HeartbeatResult",
@@ -26,6 +28,7 @@ __all__ = [
     "JoinRequest",
     "LedgerEntry",
     "MemberSubscription",
+    "ResetRequest",
     "SyncComplete",
     "SyncPending",
 ]
@@ -176,9 +179,27 @@ class CommitRequest:
     run_id: str | None = None
 
 
+COMMIT = "commit"
+"""`LedgerEntry.kind` of a consumed range a batch (or a standalone client) committed."""
+RESET = "reset"
+"""`LedgerEntry.kind` of an offset reset: the position moved from `from_offset` to `until_offset` by hand."""
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    """Move partitions' committed offsets to `positions` (an operator's reset, allowed while the group has no
+    members); `actor` and `reason` are recorded with each entry."""
+
+    positions: Mapping[TopicPartition, int]
+    actor: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One accepted range of the offset ledger, with who committed it and when."""
+    """One entry of the offset ledger, with who made it and when: a committed range (`kind` "commit") or an
+    offset reset (`kind` "reset": the position moved from `from_offset` to `until_offset`, backward to replay
+    or forward to skip; `note` says who and why)."""
 
     group: str
     topic: str
@@ -193,11 +214,18 @@ class LedgerEntry:
     instance_id: str | None
     generation: int
     committed_at: float
+    kind: str = COMMIT
+    note: str | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
         """The entry's partition."""
         return TopicPartition(self.topic, self.partition)
+
+    @property
+    def is_reset(self) -> bool:
+        """An offset reset, not a consumed range: nothing was read, written or materialized."""
+        return self.kind == RESET
 
 
 R = TypeVar("R")

@@ -46,9 +46,10 @@ __all__ = [
     "schema_version",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
-1: first version; 2: member partition lists in their own column (`_migrate` upgrades in place)."""
+1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
+reset) and a note (`_migrate` upgrades in place)."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -103,6 +104,8 @@ ranges = sa.Table(
     sa.Column("instance_id", sa.String(255)),
     sa.Column("generation", sa.Integer, nullable=False),
     sa.Column("committed_at", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False, server_default="commit"),
+    sa.Column("note", sa.Text),
     sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
 )
 events = sa.Table(
@@ -264,3 +267,14 @@ def _migrate(conn: Connection, found: int) -> None:
                 .where(members.c.group_name == row.group_name, members.c.member_id == row.member_id)
                 .values(data=json.dumps(data, separators=(",", ":"), sort_keys=True), partitions=json.dumps(parts))
             )
+
+    if found < 3:
+        # Version 3 records offset resets in the ledger: an entry's kind, and a note (who and why). The table
+        # may be new (create_all just made it with both columns).
+        present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
+        if "kind" not in present:
+            conn.execute(
+                sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN kind VARCHAR(16) NOT NULL DEFAULT 'commit'")
+            )
+        if "note" not in present:
+            conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN note TEXT"))

@@ -346,6 +346,8 @@ class SqlGroupStore:
                     "instance_id": e.instance_id,
                     "generation": e.generation,
                     "committed_at": e.committed_at,
+                    "kind": e.kind,
+                    "note": e.note,
                 }
                 for e in decision.entries
             ],
@@ -384,11 +386,11 @@ class SqlGroupStore:
             return self._heads(conn, group, partitions)
 
     def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
-        """Every committed range of the partition, oldest first."""
+        """Every entry of the partition's ledger (ranges and resets), in the order they were made."""
         query = (
             sa.select(ranges)
             .where(ranges.c.group_name == group, ranges.c.topic == topic, ranges.c.partition == partition)
-            .order_by(ranges.c.from_offset, ranges.c.id)
+            .order_by(ranges.c.id)
         )
         with self._read() as conn:
             return [_ledger_entry(r) for r in conn.execute(query)]
@@ -450,6 +452,8 @@ def _ledger_entry(r: Any) -> LedgerEntry:
         instance_id=r.instance_id,
         generation=r.generation,
         committed_at=r.committed_at,
+        kind=r.kind,
+        note=r.note,
     )
 
 

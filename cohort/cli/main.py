@@ -185,13 +185,14 @@ def groups(store_url: str | None, as_json: bool) -> None:
 @_JSON
 def describe(group: str, store_url: str | None, bootstrap_servers: str | None, as_json: bool) -> None:
     """Describe GROUP per partition, like `kafka-consumer-groups --describe`."""
-    from cohort.cli.ops import describe_rows
+    from cohort.cli.ops import describe_rows, reset_rows
 
     with _coordinator(store_url) as coordinator:
         _require_group(coordinator, group)
         ends = _end_offsets(bootstrap_servers) if bootstrap_servers else None
         described = coordinator.describe_group(group)
         rows = describe_rows(coordinator, group, ends)
+        resets = reset_rows(coordinator, group, rows)
     if as_json:
         payload = {
             "group": group,
@@ -199,10 +200,71 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
             "generation": described.generation,
             "assignor": described.assignor,
             "partitions": [r.as_dict() for r in rows],
+            "resets": [r.as_dict() for r in resets],
         }
         click.echo(json.dumps(payload))
         return
-    print_describe(described, rows)
+    print_describe(described, rows, resets)
+
+
+@main.command("reset-offsets")
+@click.argument("group", callback=_group_name)
+@_STORE
+@click.option(
+    "--bootstrap-servers",
+    envvar="COHORT_BOOTSTRAP_SERVERS",
+    required=True,
+    help="Kafka bootstrap servers: the log's ends, times, and the mirror (env COHORT_BOOTSTRAP_SERVERS).",
+)
+@click.option("--topic", "topics", multiple=True, help="TOPIC, or TOPIC:P,P,... for some partitions (repeatable).")
+@click.option("--all-topics", is_flag=True, help="Every topic the group consumes.")
+@click.option("--to-earliest", is_flag=True, help="To the first available offset.")
+@click.option("--to-latest", is_flag=True, help="To the end of the log (skips what was not read).")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None, help="To this offset.")
+@click.option("--to-datetime", default=None, help="To the first record at or after this ISO 8601 time (no zone: UTC).")
+@click.option("--shift-by", type=int, default=None, help="By N offsets from the current one (negative: back).")
+@click.option("--by-duration", default=None, help="To the records of this long ago (ISO 8601: PT15M, P1DT6H).")
+@click.option("--reason", default="cohort reset-offsets", show_default=True, help="Why: recorded in the ledger.")
+@click.option("--execute", is_flag=True, help="Apply the plan (without it: a dry run that prints the plan).")
+@_JSON
+def reset_offsets(
+    group: str,
+    store_url: str | None,
+    bootstrap_servers: str,
+    topics: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    to_datetime: str | None,
+    shift_by: int | None,
+    by_duration: str | None,
+    reason: str,
+    execute: bool,
+    as_json: bool,
+) -> None:
+    """Reset GROUP's committed offsets, like `kafka-consumer-groups --reset-offsets`.
+
+    A dry run prints the plan unless --execute is given. Executed, each moved partition gets a reset entry
+    in the ledger (who, when, why, old and new offset), Kafka's committed offsets follow, and the group's
+    next batch reads from there: backward, it replays records (the sink replaces what it held for them);
+    forward, it skips them. Refused while the group has live members.
+    """
+    from cohort.cli.resets import ResetOptions, reset_group
+
+    options = ResetOptions(
+        topics=topics,
+        all_topics=all_topics,
+        to_earliest=to_earliest,
+        to_latest=to_latest,
+        to_offset=to_offset,
+        to_datetime=to_datetime,
+        shift_by=shift_by,
+        by_duration=by_duration,
+    )
+    with _coordinator(store_url) as coordinator:
+        _require_group(coordinator, group)
+        reset_group(coordinator, group, bootstrap_servers, options, reason=reason, execute=execute, as_json=as_json)
 
 
 @main.command()

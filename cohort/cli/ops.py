@@ -19,7 +19,16 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.types import Assignment
 from cohort.common.types import TopicPartition
 
-__all__ = ["DescribeRow", "WhatIf", "describe_rows", "group_rows", "live_group_state", "simulate_change"]
+__all__ = [
+    "DescribeRow",
+    "ResetRow",
+    "WhatIf",
+    "describe_rows",
+    "group_rows",
+    "live_group_state",
+    "reset_rows",
+    "simulate_change",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,42 @@ def describe_rows(
         lag = None if end is None else max(0, end - (current or 0))
         rows.append(DescribeRow(tp.topic, tp.partition, current, end, lag, owners.get(tp), described.generation))
     return rows
+
+
+@dataclass(frozen=True)
+class ResetRow:
+    """One offset reset the ledger recorded: when, which partition, from where to where, who and why."""
+
+    at: str
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    note: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def reset_rows(coordinator: Coordinator, group: str, rows: Sequence[DescribeRow], *, last: int = 20) -> list[ResetRow]:
+    """The `last` offset resets of the partitions `rows` describe, oldest first."""
+    from datetime import UTC, datetime
+
+    found = [
+        entry for row in rows for entry in coordinator.ledger_history(group, row.topic, row.partition) if entry.is_reset
+    ]
+    found.sort(key=lambda e: (e.committed_at, e.topic, e.partition))
+    return [
+        ResetRow(
+            datetime.fromtimestamp(e.committed_at, UTC).isoformat(timespec="seconds"),
+            e.topic,
+            e.partition,
+            e.from_offset,
+            e.until_offset,
+            e.note or "",
+        )
+        for e in found[-last:]
+    ]
 
 
 @dataclass(frozen=True)

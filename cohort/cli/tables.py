@@ -9,10 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from cohort.assignment.resets import PartitionReset
     from cohort.assignment.views import GroupDescription
-    from cohort.cli.ops import DescribeRow
+    from cohort.cli.ops import DescribeRow, ResetRow
 
-__all__ = ["print_describe", "print_table"]
+__all__ = ["print_describe", "print_reset_plan", "print_table"]
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -28,10 +29,23 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     console.print(table)
 
 
-_NUMERIC = {"PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "GENERATION", "MEMBERS", "BEFORE", "AFTER"}
+_NUMERIC = {
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "GENERATION",
+    "MEMBERS",
+    "BEFORE",
+    "AFTER",
+    "NEW-OFFSET",
+    "FROM",
+    "TO",
+    "RECORDS",
+}
 
 
-def print_describe(described: GroupDescription, rows: Sequence[DescribeRow]) -> None:
+def print_describe(described: GroupDescription, rows: Sequence[DescribeRow], resets: Sequence[ResetRow] = ()) -> None:
     """Print `cohort describe`'s table for a `GroupDescription` and its `DescribeRow`s (the demo uses it)."""
     columns = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "GENERATION"]
     title = (
@@ -40,3 +54,21 @@ def print_describe(described: GroupDescription, rows: Sequence[DescribeRow]) -> 
     )
     table = [[r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.owner, r.generation] for r in rows]
     print_table(title, columns, table)
+    if resets:
+        print_table(
+            "Offset resets (latest last)",
+            ["AT", "TOPIC", "PARTITION", "FROM", "TO", "BY"],
+            [[r.at, r.topic, r.partition, r.from_offset, r.to_offset, r.note] for r in resets],
+        )
+
+
+def print_reset_plan(group: str, plans: Sequence[PartitionReset], *, executed: bool) -> None:
+    """Print a reset plan: per partition, the current and new offset and the records replayed or skipped."""
+    rows = []
+    for p in plans:
+        effect = f"replay {p.replayed}" if p.replayed else f"skip {p.skipped}" if p.skipped else "none"
+        if p.clamped:
+            effect += f" (target outside the log [{p.low}, {p.high}): clamped)"
+        rows.append([p.tp.topic, p.tp.partition, p.current, p.new, effect])
+    title = f"Offset reset of group {group}" + ("" if executed else " (dry run: nothing changed)")
+    print_table(title, ["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET", "RECORDS"], rows)

@@ -29,6 +29,17 @@ def test_audit_accepts_a_contiguous_history_with_a_recorded_gap():
     assert audit.ok and audit.gaps == 1 and audit.lag == 6 and audit.committed == 20
 
 
+def test_audit_follows_offset_resets_and_expects_no_materialization_for_them():
+    """A backward reset (replay) and a forward one (skip) keep the history contiguous; only consumed ranges
+    need a materialization, the replayed range included."""
+    ledger = [(0, 10, None, "commit"), (10, 4, None, "reset"), (4, 12, None, "commit"), (12, 30, None, "reset")]
+    audit = audit_partition(TP, ledger, {(0, 10), (4, 12)}, kafka_committed=30, end_offset=35)
+    assert audit.ok, audit.problems
+    assert (audit.committed, audit.resets, audit.ledger_ranges, audit.lag) == (30, 2, 2, 5)
+    missing = audit_partition(TP, ledger, {(0, 10)}, kafka_committed=30, end_offset=35)
+    assert missing.problems == ("orders-3: ledger range [4, 12) has no materialization",)
+
+
 @pytest.mark.parametrize(
     "ledger, shown, kafka, problem",
     [
