@@ -170,6 +170,53 @@ class ArrowFs:
         fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         fs.move(src, dst)
 
+    def make_dirs(self, uri: str) -> None:
+        fs, path = self._resolve(uri)
+        fs.create_dir(path, recursive=True)
+
+    def _local(self, uri: str) -> str | None:
+        fs, path = self._resolve(uri)
+        return path if isinstance(fs, pafs.LocalFileSystem) else None
+
+    def can_swap(self, uri: str) -> bool:
+        """Whether directories at `uri` can be swapped atomically (local file systems with renameat2)."""
+        path = self._local(uri)
+        while path and not os.path.isdir(path):
+            path = os.path.dirname(path) if os.path.dirname(path) != path else None
+        from cohort.pipelines.local_swap import exchange_supported  # the driver's, for replays
+
+        return bool(path) and exchange_supported(path)  # type: ignore[arg-type]
+
+    def swap(self, first: str, second: str) -> None:
+        """Swap two existing directories in one step (see cohort.pipelines.local_swap)."""
+        a, b = self._local(first), self._local(second)
+        if a is None or b is None:
+            raise SinkError(f"cannot swap {first} and {second}: not on a local file system")
+        from cohort.pipelines.local_swap import exchange
+
+        try:
+            exchange(a, b)
+        except OSError as exc:
+            raise SinkError(str(exc)) from exc
+
+    def link_tree(self, source: str, target: str) -> None:
+        """`source` again at `target`, its files hard-linked (local file systems)."""
+        a, b = self._local(source), self._local(target)
+        if a is None or b is None:
+            raise SinkError(f"cannot link {source} to {target}: not on a local file system")
+        from cohort.pipelines.local_swap import link_tree
+
+        link_tree(a, b)
+
+    def write_offset_slice(self, source: str, target: str, from_offset: int, until_offset: int, *, name: str) -> int:
+        """The rows of range directory `source` with offsets in [from, until) as `target/name`; their count."""
+        a, b = self._local(source), self._local(target)
+        if a is None or b is None:
+            raise SinkError(f"cannot rewrite {source}: not on a local file system")
+        from cohort.pipelines.local_swap import write_offset_slice
+
+        return write_offset_slice(a, b, from_offset, until_offset, name=name)
+
     def parquet_record_count(self, uri: str) -> int:
         """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""
         total = 0

@@ -86,6 +86,13 @@ class SinkFs(Protocol):
     def touch(self, uri: str) -> None: ...
     def rename(self, source: str, target: str) -> None: ...
     def parquet_record_count(self, uri: str) -> int: ...
+    def make_dirs(self, uri: str) -> None: ...
+    def can_swap(self, uri: str) -> bool: ...
+    def swap(self, first: str, second: str) -> None: ...
+    def link_tree(self, source: str, target: str) -> None: ...
+    def write_offset_slice(
+        self, source: str, target: str, from_offset: int, until_offset: int, *, name: str
+    ) -> int: ...
 
 
 class HadoopFs:
@@ -139,6 +146,23 @@ class HadoopFs:
         fs.mkdirs(dst.getParent())
         if not fs.rename(src, dst):
             raise SinkError(f"could not move {source} to {target}")
+
+    def make_dirs(self, uri: str) -> None:
+        path = self.path(uri)
+        self._fs(path).mkdirs(path)
+
+    def can_swap(self, uri: str) -> bool:
+        """Hadoop's FileSystem has no atomic swap of two directories."""
+        return False
+
+    def swap(self, first: str, second: str) -> None:
+        raise SinkError(f"cannot swap {first} and {second} atomically through Hadoop's FileSystem")
+
+    def link_tree(self, source: str, target: str) -> None:
+        raise SinkError(f"cannot hard-link {source} through Hadoop's FileSystem")
+
+    def write_offset_slice(self, source: str, target: str, from_offset: int, until_offset: int, *, name: str) -> int:
+        raise SinkError(f"cannot rewrite {source} through Hadoop's FileSystem")
 
     def parquet_record_count(self, uri: str) -> int:
         """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""
@@ -197,9 +221,31 @@ class SinkLayout:
                 found.append((parsed[2], parsed[3], f"{self.partition_dir(topic, partition)}/{name}"))
         return sorted(found)
 
+    def overlapped(
+        self, fs: SinkFs, attempt: str, tp: TopicPartition, from_offset: int, until_offset: int
+    ) -> list[tuple[int, int, str]]:
+        """The partition's range directories holding offsets of [from, until) that this attempt did not write:
+        what publishing the range replaces (a replay)."""
+        marker = f"{MARKER_PREFIX}{attempt}"
+        return [
+            (x, y, path)
+            for x, y, path in self.range_dirs(fs, tp.topic, tp.partition)
+            if ((x < until_offset and from_offset < y) or x == y == from_offset == until_offset)
+            and not fs.exists(f"{path}/{marker}")
+        ]
+
     def prepare(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> None:
         """Before the ledger commit: mark each staged range with its attempt and its offsets, so that a later
-        batch can publish it if this one dies after its commit (`complete`)."""
+        batch can publish it if this one dies after its commit (`complete`). A range that would replace
+        output the sink holds (a replay) is refused here, before anything is committed, where the sink's
+        file system cannot swap directories atomically."""
+        for tp, (from_offset, until_offset) in sorted(ranges.items()):
+            if self.overlapped(fs, attempt, tp, from_offset, until_offset) and not fs.can_swap(self.root):
+                raise SinkError(
+                    f"{tp}: offsets [{from_offset}, {until_offset}) are already in the sink at {self.root}, and "
+                    "replacing them atomically needs a local file system that can swap directories (Linux "
+                    "renameat2); replay into a local sink root"
+                )
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
             staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
             if fs.exists(staged):
@@ -209,20 +255,18 @@ class SinkLayout:
     def publish(self, fs: SinkFs, attempt: str, ranges: Mapping[TopicPartition, tuple[int, int]]) -> Iterator[str]:
         """Move each committed staged range into place (see the module doc), yielding each directory in place.
 
-        Range directories of the partition that overlap the range and do not carry this attempt's marker are
-        deleted first. A partition whose staging directory is missing (no rows of that kind, or another batch
-        published this attempt's range already) gets no new directory.
+        A range whose offsets the sink holds already (a replay) replaces them in one step (`_replace`). A
+        partition whose staging directory is missing (no rows of that kind, or another batch published this
+        attempt's range already) gets no new directory.
         """
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
             target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
             marker = f"{MARKER_PREFIX}{attempt}"
-            for old_from, old_until, old_path in self.range_dirs(fs, tp.topic, tp.partition):
-                overlaps = old_from < until_offset and from_offset < old_until
-                same_empty = old_from == old_until == from_offset == until_offset
-                if (overlaps or same_empty) and not fs.exists(f"{old_path}/{marker}"):
-                    fs.delete(old_path)
             staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
-            if fs.exists(staged):
+            replaced = self.overlapped(fs, attempt, tp, from_offset, until_offset)
+            if replaced:
+                self._replace(fs, attempt, tp, (from_offset, until_offset), replaced)
+            elif fs.exists(staged) and not fs.exists(f"{target}/{marker}"):
                 if not fs.exists(f"{staged}/{marker}"):
                     fs.touch(f"{staged}/{marker}")
                 try:
@@ -233,6 +277,43 @@ class SinkLayout:
             if fs.exists(f"{target}/{marker}"):  # moved here, or by a batch completing this attempt's commit
                 yield target
 
+    def _replace(
+        self,
+        fs: SinkFs,
+        attempt: str,
+        tp: TopicPartition,
+        offsets: tuple[int, int],
+        replaced: list[tuple[int, int, str]],
+    ) -> None:
+        """Publish a replayed range: build the partition's next state in the attempt's staging area (untouched
+        range directories hard-linked, those the range cuts rewritten without its offsets, the staged range
+        added) and swap it with the live partition directory in one step (cohort.pipelines.local_swap). Run
+        again after a crash, it rebuilds the next state from scratch."""
+        from_offset, until_offset = offsets
+        live = self.partition_dir(tp.topic, tp.partition)
+        following = f"{self.staging_root(attempt)}/next/topic={tp.topic}/partition={tp.partition}"
+        fs.delete(following)
+        fs.make_dirs(following)
+        cut = {path for _x, _y, path in replaced}
+        for x, y, path in self.range_dirs(fs, tp.topic, tp.partition):
+            if path not in cut:
+                fs.link_tree(path, f"{following}/{path.rsplit('/', 1)[1]}")
+                continue
+            for lo, hi in ((x, min(y, from_offset)), (max(x, until_offset), y)):
+                if lo < hi:
+                    kept = f"{following}/{range_dir_name(tp.topic, tp.partition, lo, hi)}"
+                    if fs.write_offset_slice(path, kept, lo, hi, name=f"part-{lo}-{hi}.parquet"):
+                        fs.touch(f"{kept}/{RANGE_PREFIX}{lo}-{hi}")
+        staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
+        if fs.exists(staged):
+            marker = f"{MARKER_PREFIX}{attempt}"
+            if not fs.exists(f"{staged}/{marker}"):
+                fs.touch(f"{staged}/{marker}")
+            target = range_dir_name(tp.topic, tp.partition, from_offset, until_offset)
+            fs.link_tree(staged, f"{following}/{target}")  # linked, not moved: `complete` may need it again
+        fs.swap(following, live)
+        fs.delete(following)  # the partition's previous state
+
     def complete(
         self, fs: SinkFs, run_id: str, tp: TopicPartition, from_offset: int, until_offset: int, rows: int
     ) -> bool:
@@ -240,9 +321,9 @@ class SinkLayout:
         `run_id` if its directory is not in place (the run died between its commit and its publish); True
         when the directory is in place. A staged range whose row count differs is left alone."""
         target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
-        if fs.exists(target):
-            return True
         tag, marker = run_tag(run_id), f"{RANGE_PREFIX}{from_offset}-{until_offset}"
+        if any(name.startswith(f"{MARKER_PREFIX}{tag}") for name in fs.list_names(target)):
+            return True  # in place (a directory of the same range by another run is one a replay replaces)
         for attempt in fs.list_names(f"{self.root}/{STAGING}"):
             if not (attempt.isalnum() and attempt.startswith(tag)):
                 continue

@@ -43,7 +43,7 @@ def _stage(fs: HadoopFs, layout: SinkLayout, attempt: str, topic: str, partition
     fs.touch(f"{layout.staged_range_dir(attempt, topic, partition)}/part-0.parquet")
 
 
-def test_publish_replaces_overlapping_leftovers_and_withdraw_is_attempt_scoped(spark, tmp_path):
+def test_publish_moves_staged_ranges_into_place_and_withdraw_is_attempt_scoped(spark, tmp_path):
     fs = HadoopFs(spark)
     layout = SinkLayout(str(tmp_path / "lake"))
     tp = TopicPartition("t", 0)
@@ -51,28 +51,28 @@ def test_publish_replaces_overlapping_leftovers_and_withdraw_is_attempt_scoped(s
     first = list(layout.publish(fs, "a1", {tp: (0, 10)}))
     assert first == [layout.range_dir("t", 0, 0, 10)]
     assert not fs.exists(layout.staged_range_dir("a1", "t", 0))
-
-    # a committed-earlier neighbour [0, 10) survives; an uncommitted leftover [10, 30) is replaced by [10, 25)
     _stage(fs, layout, "a2", "t", 0)
-    list(layout.publish(fs, "a2", {tp: (10, 30)}))
-    _stage(fs, layout, "a3", "t", 0)
-    third = list(layout.publish(fs, "a3", {tp: (10, 25)}))
+    second = list(layout.publish(fs, "a2", {tp: (10, 25)}))
     assert [(f, u) for f, u, _ in layout.range_dirs(fs, "t", 0)] == [(0, 10), (10, 25)]
 
-    layout.withdraw(fs, "a2", third)  # not a2's directory any more: kept
-    assert fs.exists(third[0])
-    layout.withdraw(fs, "a3", third)
-    assert not fs.exists(third[0]) and fs.exists(first[0])
+    layout.withdraw(fs, "a1", second)  # not a1's directory: kept
+    assert fs.exists(second[0])
+    layout.withdraw(fs, "a2", second)
+    assert not fs.exists(second[0]) and fs.exists(first[0])
 
 
-def test_publish_without_staged_rows_still_removes_leftovers(spark, tmp_path):
+def test_through_hadoop_a_replay_is_refused_before_the_commit(spark, tmp_path):
+    """Hadoop's FileSystem cannot swap directories: replacing offsets the sink holds would leave an instant
+    with both or neither, so `prepare` (before the ledger commit) refuses, naming the partition."""
     fs = HadoopFs(spark)
     layout = SinkLayout(str(tmp_path / "lake"))
     tp = TopicPartition("t", 1)
     _stage(fs, layout, "a1", "t", 1)
     list(layout.publish(fs, "a1", {tp: (0, 5)}))
-    assert list(layout.publish(fs, "a2", {tp: (0, 5)})) == []
-    assert layout.range_dirs(fs, "t", 1) == []
+    _stage(fs, layout, "a2", "t", 1)
+    layout.prepare(fs, "a2", {tp: (5, 9)})  # new offsets: fine
+    with pytest.raises(SinkError, match=r"t-1: offsets \[3, 9\) are already in the sink .* local file system"):
+        layout.prepare(fs, "a2", {tp: (3, 9)})
 
 
 def test_rename_refuses_to_overwrite(spark, tmp_path):

@@ -15,10 +15,12 @@ from cohort.pipelines.sink import SinkLayout, attempt_id, run_tag
 TP = TopicPartition("t", 0)
 
 
-def _stage(layout: SinkLayout, attempt: str, rows: int) -> str:
+def _stage(layout: SinkLayout, attempt: str, rows: int, first: int = 0) -> str:
     staged = Path(layout.staged_range_dir(attempt, TP.topic, TP.partition))
     staged.mkdir(parents=True)
-    pq.write_table(pa.table({"offset": list(range(rows))}), staged / "part-0.parquet")
+    offsets = range(first, first + rows)
+    table = pa.table({"kafka": [{"offset": o} for o in offsets], "by": [attempt] * rows})
+    pq.write_table(table, staged / f"part-{first}-{first + rows}.parquet")
     return str(staged)
 
 
@@ -42,7 +44,7 @@ def test_a_committed_range_is_published_from_its_runs_staging_once(tmp_path: Pat
     assert sorted(p.name for p in Path(target).iterdir()) == [
         f"_cohort_attempt={died}",
         "_cohort_range=0-5",
-        "part-0.parquet",
+        "part-0-5.parquet",
     ]
     assert Path(layout.staged_range_dir(other, "t", 0)).exists()
     assert layout.complete(fs, "died", TP, 0, 5, rows=5)  # in place: nothing to do
@@ -59,5 +61,7 @@ def test_publishing_keeps_what_carries_the_attempt_and_replaces_other_overlappin
     assert list(layout.publish(fs, mine, {TP: (0, 5)})) == [layout.range_dir("t", 0, 0, 5)]
     # a second publisher of the same commit (a batch completing it) finds it in place and keeps it
     assert list(layout.publish(fs, mine, {TP: (0, 5)})) == [layout.range_dir("t", 0, 0, 5)]
-    assert [(f, u) for f, u, _ in layout.range_dirs(fs, "t", 0)] == [(0, 5)]
+    # the replayed offsets 0..4 are mine; 5 and 6 stay as the old attempt wrote them
+    assert [(f, u) for f, u, _ in layout.range_dirs(fs, "t", 0)] == [(0, 5), (5, 7)]
     assert fs.parquet_record_count(layout.range_dir("t", 0, 0, 5)) == 5
+    assert pq.read_table(layout.range_dir("t", 0, 5, 7)).column("by").to_pylist() == [old, old]
