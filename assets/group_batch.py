@@ -25,6 +25,7 @@ from typing import Any
 import dagster as dg
 
 from cohort.assets.checks import check_results
+from cohort.assets.replay import REPLAY_TAG, Replay
 from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import (
     ALL_SLOTS,
@@ -73,6 +74,7 @@ def host_slots(
     spark: SparkResource,
     slots: Sequence[int],
     runner: BatchRunner | None,
+    replay: Replay | None = None,
 ) -> tuple[list[WorkerOutcome], list[SlotFailure]]:
     """Run one member per slot, each on its own thread, and gather the outcomes (one slot: its error is raised).
 
@@ -89,7 +91,7 @@ def host_slots(
 
     def member(slot: int) -> None:
         try:
-            outcome = run_worker(context, config, translator, group, kafka, spark, slot, runner=runner)
+            outcome = run_worker(context, config, translator, group, kafka, spark, slot, runner=runner, replay=replay)
         except BaseException as exc:  # reported below; a failed slot does not stop the others
             with lock:
                 failures.append(SlotFailure(slot, exc))
@@ -163,7 +165,15 @@ def build_group_assets(
                 slot_config_type(config),
                 default_value=ALL_SLOTS,
                 description="Which worker slots this run hosts: all of them (default), or one (1..N).",
-            )
+            ),
+            "replay_from": dg.Field(
+                str,
+                default_value="",
+                description=(
+                    "Replay the run's partitions (a backfill's selection; none selected: all) from 'earliest', "
+                    "an offset, or an ISO 8601 time such as 2026-11-23T08:00:00Z. Empty: an ordinary batch."
+                ),
+            ),
         },
         description=f"A batch of group {config.group!r}: each hosted worker slot joins, consumes, commits.",
         op_tags={GROUP_TAG: config.group},
@@ -176,7 +186,8 @@ def build_group_assets(
         slot = int(op.op_config["slot"])
         slots = [slot] if slot else group.slots()
         if context.selected_asset_keys:
-            yield from _batch(context, config, translator, group, kafka, spark, slots, runner)
+            replay = _replay(context, str(op.op_config["replay_from"]))
+            yield from _batch(context, config, translator, group, kafka, spark, slots, runner, replay)
         if context.selected_asset_check_keys:
             for evaluation in check_results(
                 context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock
@@ -184,6 +195,18 @@ def build_group_assets(
                 context.log_event(evaluation)
 
     return group_batch
+
+
+def _replay(context: dg.AssetExecutionContext, replay_from: str) -> Replay | None:
+    """The replay the run's config asks for, over the run's partitions (all when it targets none)."""
+    if not replay_from.strip():
+        return None
+    tags = context.op_execution_context.run.tags
+    partitioned = "dagster/partition" in tags or "dagster/asset_partition_range_start" in tags
+    try:
+        return Replay.parse(replay_from, context.partition_keys if partitioned else None)
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from None
 
 
 def _batch(
@@ -195,15 +218,18 @@ def _batch(
     spark: SparkResource,
     slots: Sequence[int],
     runner: BatchRunner | None,
+    replay: Replay | None = None,
 ) -> Iterator[Any]:
     op = context.op_execution_context
     tags = {GROUP_TAG: config.group, SLOT_TAG: ",".join(str(s) for s in slots)}
+    if replay is not None:
+        tags[REPLAY_TAG] = replay.target.describe()
     missing = {k: v for k, v in tags.items() if op.run.tags.get(k) != v}
     if missing:  # manual launches too: every batch run names its group and slots
         context.instance.add_run_tags(op.run_id, missing)
     run_tags = op.run.tags
     chosen = run_tags.get("dagster/partition") or run_tags.get("dagster/asset_partition_range_start")
-    if chosen is not None:
+    if chosen is not None and replay is None:
         context.log.info(
             f"launched for partition {chosen}{'...' if 'dagster/asset_partition_range_start' in run_tags else ''}: "
             f"this runs the batch of the whole group {config.group!r}; the assignor decides which member reads "
@@ -221,7 +247,7 @@ def _batch(
         op.run_id,
         rerun_of=run_tags.get(RERUN_TAG),
     )
-    outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner)
+    outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner, replay)
     sink_root = config.pipeline.sink_path if config.pipeline is not None else None
     try:
         for outcome in outcomes:

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
 from cohort.assets.audit import materialized_ranges
+from cohort.assets.replay import Replay
 from cohort.assets.translator import (
     METADATA_PREFIX,
     CohortConfig,
@@ -46,6 +47,7 @@ from cohort.assignment.member import GroupMember
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
+from cohort.pipelines.kafka_client import offsets_for_times
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
@@ -122,6 +124,8 @@ class WorkerOutcome:
     attempts: int
     member: GroupMember | None = field(default=None, compare=False, repr=False)
     leave_on_finish: bool = True
+    replayed: frozenset[TopicPartition] = frozenset()
+    replay: str | None = None
 
     def leave(self) -> None:
         """End the membership: leave the group, or keep the static membership (`leave_on_finish=False`)."""
@@ -133,9 +137,13 @@ ALL_SLOTS = "all"
 """The `slot` config value of a run that hosts every worker slot of the group (what Materialize launches)."""
 
 
-def worker_run_config(config: CohortConfig, slot: int | None = None) -> dict[str, Any]:
-    """The run config of the group's worker job for worker slot `slot` (None: every slot, in one run)."""
-    return {"ops": {op_name(config): {"config": {"slot": ALL_SLOTS if slot is None else str(slot)}}}}
+def worker_run_config(config: CohortConfig, slot: int | None = None, *, replay_from: str = "") -> dict[str, Any]:
+    """The run config of the group's worker job for worker slot `slot` (None: every slot, in one run);
+    `replay_from` makes it a replay of the run's partitions (cohort.assets.replay)."""
+    op_config: dict[str, Any] = {"slot": ALL_SLOTS if slot is None else str(slot)}
+    if replay_from:
+        op_config["replay_from"] = replay_from
+    return {"ops": {op_name(config): {"config": op_config}}}
 
 
 def op_name(config: CohortConfig) -> str:
@@ -218,6 +226,35 @@ def _progress_reporter(member: GroupMember, spark: SparkResource, interval_s: fl
         thread.join()
 
 
+def _reset_for_replay(
+    context: dg.OpExecutionContext,
+    group: str,
+    member: GroupMember,
+    replay: Replay,
+    assignment: Sequence[TopicPartition],
+    kafka: KafkaResource,
+) -> set[TopicPartition]:
+    """Reset the replay's partitions among `assignment` that this run has not reset yet, as this member (the
+    ledger fences it like a commit); returns every partition of the assignment this run replays."""
+    history = member.coordinator.run_ledger_history(group, context.run_id)
+    done = {e.topic_partition for e in history if e.is_reset}
+    todo = replay.wanted(assignment, done)
+    if todo:
+        marks = kafka.watermarks(todo)
+        at = replay.target.timestamp_ms
+        times = offsets_for_times(kafka.client_config(), todo, at) if at is not None else None
+        plans = replay.plan(todo, (), member.committed_offsets(todo), marks, times)
+        moves = {p.tp: p.new for p in plans if p.changes}
+        if moves:
+            member.reset_offsets(moves, reason=f"replay from {replay.target.describe()} (run {context.run_id})")
+        context.log.info(
+            f"group {group!r}: replaying from {replay.target.describe()}: "
+            + ", ".join(f"{p.tp} {p.current} -> {p.new} ({p.replayed} records again)" for p in plans)
+        )
+        done |= set(todo)
+    return {tp for tp in assignment if tp in done}
+
+
 def run_worker(
     context: dg.OpExecutionContext,
     config: CohortConfig,
@@ -228,8 +265,10 @@ def run_worker(
     slot: int,
     *,
     runner: BatchRunner | None = None,
+    replay: Replay | None = None,
 ) -> WorkerOutcome:
-    """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay."""
+    """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay. With
+    `replay`, first reset the selected partitions it owns to the replay's start (cohort.assets.replay)."""
     runner = runner if runner is not None else run_batch
     if config.pipeline is None:
         raise dg.Failure(f"group {config.group!r} has no pipeline: give CohortConfig(..., pipeline=PipelineSpec(...))")
@@ -241,6 +280,7 @@ def run_worker(
     )
     started = time.monotonic()
     attempts = 0
+    replayed: set[TopicPartition] = set()
     try:
         assignment = member.join()
         while True:
@@ -255,6 +295,8 @@ def run_worker(
             counts = kafka.partition_counts({tp.topic for tp in assignment})
             _register_partitions(context.instance, config, translator, assignment, counts)
             try:
+                if replay is not None:
+                    replayed |= _reset_for_replay(context, config.group, member, replay, assignment, kafka)
                 with _progress_reporter(member, spark, member.heartbeat_interval):
                     result = runner(
                         spark.get_session(),
@@ -289,6 +331,8 @@ def run_worker(
             result=result,
             lag_after=_lag_after(result, lag_after),
             attempts=attempts,
+            replayed=frozenset(replayed & set(assignment)),
+            replay=replay.target.describe() if replay is not None else None,
         )
     except FencedInstanceIdError:
         context.log.error(f"slot {slot} was fenced: another live run holds {group.instance_id(slot)}")
@@ -335,6 +379,7 @@ def materializations(
             bytes=part.bytes,
             seconds=round(part.seconds, 3),
             start=part.start,
+            replay=outcome.replay if tp in outcome.replayed else None,
             gap=None
             if part.gap is None
             else f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}",

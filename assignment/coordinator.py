@@ -262,13 +262,32 @@ class Coordinator:
         return self._run(group, decide).result()
 
     def reset_offsets(
-        self, group: str, positions: Mapping[TopicPartition, int], *, actor: str, reason: str
+        self,
+        group: str,
+        positions: Mapping[TopicPartition, int],
+        *,
+        actor: str,
+        reason: str,
+        member_id: str | None = None,
+        generation: int = -1,
+        instance_id: str | None = None,
+        run_id: str | None = None,
     ) -> tuple[LedgerEntry, ...]:
-        """Move committed offsets to `positions` (an operator's reset), recording who and why as reset entries
-        of the ledger; partitions already there get none. NON_EMPTY_GROUP while the group has members;
-        INVALID_OFFSET_RANGE for a negative offset. Mirroring the new positions to Kafka is the caller's."""
+        """Move committed offsets to `positions`, recording who and why as reset entries of the ledger;
+        partitions already there get none. Without `member_id` an operator's reset: NON_EMPTY_GROUP while the
+        group has members. With it, a member resets partitions it owns (a replay run), fenced as its commits
+        are. INVALID_OFFSET_RANGE for a negative offset. Mirroring the new positions to Kafka is the caller's."""
+        _check_instance(instance_id)
         wanted = {TopicPartition(validate_topic_name(tp[0]), tp[1]): offset for tp, offset in positions.items()}
-        request = ResetRequest(wanted, actor=actor, reason=reason)
+        request = ResetRequest(
+            wanted,
+            actor=actor,
+            reason=reason,
+            member_id=member_id,
+            generation=generation,
+            instance_id=instance_id,
+            run_id=run_id,
+        )
         partitions = sorted(wanted)
 
         def decide(current: GroupRecord | None, heads: HeadReader, ctx: Context) -> Decision[tuple[LedgerEntry, ...]]:

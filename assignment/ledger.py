@@ -194,14 +194,23 @@ def decide_reset(
 ) -> Decision[tuple[LedgerEntry, ...]]:
     """Move committed offsets to `req.positions`, one reset entry per partition whose position changes.
 
-    Refused with NON_EMPTY_GROUP while the group has members (as Kafka refuses a reset of an active group):
-    a live member would go on committing from where it stands. A reset entry runs from the old position
-    to the new one, so the ledger's history stays contiguous: the next range starts where the reset ended.
-    A partition with nothing committed gets an entry from its new position to itself.
+    An operator's reset is refused with NON_EMPTY_GROUP while the group has members (as Kafka refuses a
+    reset of an active group): a live member would go on committing from where it stands. A member's reset
+    (a replay run) is fenced as its commits are: only partitions it owns, in the current generation. A reset
+    entry runs from the old position to the new one, so the ledger's history stays contiguous: the next
+    range starts where the reset ended. A partition with nothing committed gets an entry from its new
+    position to itself.
     """
     outcome = start(group, name, ctx)
     current = outcome.group
-    if current.members:
+    member = None
+    if req.member_id is not None:
+        ranges = tuple(OffsetRange(tp.topic, tp.partition, 0, 0) for tp in sorted(req.positions))
+        fenced = _fence(current, CommitRequest(ranges, req.member_id, req.generation, req.instance_id))
+        if fenced is not None:
+            return Decision(outcome, error=fenced)
+        member = current.members[req.member_id]
+    elif current.members:
         return Decision(
             outcome,
             error=NonEmptyGroupError(
@@ -223,10 +232,10 @@ def decide_reset(
             records=0,
             quarantined=0,
             gap_reason=None,
-            run_id=None,
-            member_id=None,
-            instance_id=None,
-            generation=current.generation,
+            run_id=req.run_id,
+            member_id=req.member_id,
+            instance_id=member.instance_id if member is not None else None,
+            generation=current.generation if member is not None else -1,
             committed_at=ctx.now,
             kind=RESET,
             note=note,

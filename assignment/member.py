@@ -249,6 +249,24 @@ class GroupMember:
         """The last committed range per partition, with the run that committed it (None where nothing was)."""
         return self.coordinator.last_committed(self.group, partitions)
 
+    def reset_offsets(self, positions: Mapping[TopicPartition, int], *, reason: str) -> tuple[LedgerEntry, ...]:
+        """Move the committed offsets of partitions this member owns (a replay), as reset entries of the
+        ledger recording this member's run; fenced as its commits are (PARTITION_NOT_OWNED...)."""
+        self._raise_background_error()
+        member_id, generation = self._member_id, self._generation
+        if member_id is None:
+            raise UnknownMemberIdError(f"group {self.group!r}: this member has not joined")
+        return self.coordinator.reset_offsets(
+            self.group,
+            positions,
+            actor=self.client_id or member_id,
+            reason=reason,
+            member_id=member_id,
+            generation=generation,
+            instance_id=self.instance_id,
+            run_id=self.client_id,
+        )
+
     def commit(self, ranges: Sequence[OffsetRange], *, run_id: str | None = None) -> None:
         """Commit consumed ranges as this member in its generation (`OffsetLedger.commit`).
 

@@ -187,12 +187,18 @@ RESET = "reset"
 
 @dataclass(frozen=True)
 class ResetRequest:
-    """Move partitions' committed offsets to `positions` (an operator's reset, allowed while the group has no
-    members); `actor` and `reason` are recorded with each entry."""
+    """Move partitions' committed offsets to `positions`; `actor` and `reason` are recorded with each entry.
+
+    Without `member_id`, an operator's reset, allowed while the group has no members. With it, a member's
+    reset of partitions it owns in `generation` (a replay run: fenced exactly like its commits)."""
 
     positions: Mapping[TopicPartition, int]
     actor: str
     reason: str
+    member_id: str | None = None
+    generation: int = -1
+    instance_id: str | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

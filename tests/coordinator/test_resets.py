@@ -7,7 +7,13 @@ import pytest
 
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.errors import InvalidOffsetRangeError, NonContiguousRangeError, NonEmptyGroupError
+from cohort.assignment.errors import (
+    IllegalGenerationError,
+    InvalidOffsetRangeError,
+    NonContiguousRangeError,
+    NonEmptyGroupError,
+    PartitionNotOwnedError,
+)
 from cohort.assignment.messages import RESET
 from cohort.common.types import OffsetRange
 from tests.coordinator.harness import Client, tp
@@ -83,3 +89,34 @@ def test_an_offset_that_is_not_a_non_negative_integer_is_refused(coordinator: Co
     with pytest.raises(InvalidOffsetRangeError, match="cannot reset to offset"):
         coordinator.reset_offsets("g", {tp("t", 0): offset}, actor="ana", reason="bad")  # type: ignore[dict-item]
     assert coordinator.fetch_offsets("g", [tp("t", 0)]) == {tp("t", 0): 10}
+
+
+def test_a_member_resets_only_partitions_it_owns_in_its_generation(coordinator: Coordinator):
+    """A replay run resets as a member: fenced like its commits, so no two runs replay one partition."""
+    coordinator.report_topic_metadata("g", {"t": 1})
+    member = Client(coordinator, "g", "worker-1")
+    member.join()
+    member.sync()
+    owned, other = tp("t", 0), tp("u", 0)
+    member.commit(OffsetRange("t", 0, 0, 50, records=50))
+
+    def reset(partition, generation=None):
+        return coordinator.reset_offsets(
+            "g",
+            {partition: 20},
+            actor="run-a",
+            reason="backfill",
+            member_id=member.member_id,
+            generation=member.generation if generation is None else generation,
+            run_id="run-a",
+        )
+
+    entries = reset(owned)
+    assert [(e.from_offset, e.until_offset, e.run_id, e.member_id) for e in entries] == [
+        (50, 20, "run-a", member.member_id)
+    ]
+    with pytest.raises(PartitionNotOwnedError):
+        reset(other)
+    with pytest.raises(IllegalGenerationError):
+        reset(owned, generation=member.generation + 1)
+    assert coordinator.fetch_offsets("g", [owned, other]) == {owned: 20, other: None}
