@@ -50,7 +50,7 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
-_TEXT_FIELDS = frozenset({"partition", "from_offset", "until_offset", "generation", "replay"})
+_TEXT_FIELDS = frozenset({"partition", "from_offset", "until_offset", "generation", "replay", "content_hash"})
 """Ids and offsets: shown as text, so Dagster does not plot them as if they were measurements."""
 _RUN_FIELDS = frozenset({"run_id", "reported_by"})
 
@@ -62,7 +62,8 @@ class RangeMetadata:
     `lag_after`, `start`, `bytes` and `seconds` are known to the run that consumed the range; `reported_by`
     is set when a later run reported the range from the ledger because the consuming run ended before it
     could; `gap` describes offsets skipped before the range (deleted by retention); `replay` says the range
-    re-reads its partition from a replay's start (`earliest`, `offset N`, `datetime ...`).
+    re-reads its partition from a replay's start (`earliest`, `offset N`, `datetime ...`), and
+    `replay_changed` whether its output for offsets the sink held differs; `content_hash` digests the output.
     """
 
     topic: str
@@ -83,6 +84,8 @@ class RangeMetadata:
     gap: str | None = None
     reported_by: str | None = None
     replay: str | None = None
+    replay_changed: bool | None = None
+    content_hash: str | None = None
 
     def to_metadata(self) -> dict[str, Any]:
         """The `cohort/`-prefixed metadata: counts and durations as numbers (they plot per partition), ids

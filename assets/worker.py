@@ -380,6 +380,8 @@ def materializations(
             seconds=round(part.seconds, 3),
             start=part.start,
             replay=outcome.replay if tp in outcome.replayed else None,
+            replay_changed=part.replay_changed,
+            content_hash=part.content_hash,
             gap=None
             if part.gap is None
             else f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}",

@@ -174,6 +174,8 @@ def decide_commit(
             instance_id=member.instance_id if member is not None else None,
             generation=generation,
             committed_at=ctx.now,
+            note=r.note,
+            content_hash=r.content_hash,
         )
         for r in recorded_ranges
     )

@@ -222,6 +222,7 @@ class LedgerEntry:
     committed_at: float
     kind: str = COMMIT
     note: str | None = None
+    content_hash: str | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:

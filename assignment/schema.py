@@ -49,7 +49,7 @@ __all__ = [
 SCHEMA_VERSION = 3
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
 1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
-reset) and a note (`_migrate` upgrades in place)."""
+reset), a note and a content hash (`_migrate` upgrades in place)."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -106,6 +106,7 @@ ranges = sa.Table(
     sa.Column("committed_at", sa.Float, nullable=False),
     sa.Column("kind", sa.String(16), nullable=False, server_default="commit"),
     sa.Column("note", sa.Text),
+    sa.Column("content_hash", sa.String(64)),
     sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
 )
 events = sa.Table(
@@ -269,8 +270,8 @@ def _migrate(conn: Connection, found: int) -> None:
             )
 
     if found < 3:
-        # Version 3 records offset resets in the ledger: an entry's kind, and a note (who and why). The table
-        # may be new (create_all just made it with both columns).
+        # Version 3 records offset resets in the ledger (an entry's kind, a note: who and why) and the digest
+        # of what each range wrote. The table may be new (create_all just made it with these columns).
         present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
         if "kind" not in present:
             conn.execute(
@@ -278,3 +279,5 @@ def _migrate(conn: Connection, found: int) -> None:
             )
         if "note" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN note TEXT"))
+        if "content_hash" not in present:
+            conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN content_hash VARCHAR(64)"))

@@ -348,6 +348,7 @@ class SqlGroupStore:
                     "committed_at": e.committed_at,
                     "kind": e.kind,
                     "note": e.note,
+                    "content_hash": e.content_hash,
                 }
                 for e in decision.entries
             ],
@@ -454,6 +455,7 @@ def _ledger_entry(r: Any) -> LedgerEntry:
         committed_at=r.committed_at,
         kind=r.kind,
         note=r.note,
+        content_hash=r.content_hash,
     )
 
 

@@ -30,6 +30,8 @@ class OffsetRange:
 
     `records` counts what reached the sink, `quarantined` what went to quarantine; a range with a
     `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
+    `content_hash` is the digest of what the range wrote (cohort.pipelines.digest), `note` a remark the
+    ledger keeps with it (a replay says whether its output changed).
     """
 
     topic: str
@@ -39,6 +41,8 @@ class OffsetRange:
     records: int = 0
     quarantined: int = 0
     gap_reason: str | None = None
+    content_hash: str | None = None
+    note: str | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:

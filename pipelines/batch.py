@@ -50,6 +50,7 @@ from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
 from cohort.pipelines.reader import read_stats_accumulator
+from cohort.pipelines.replay_check import OutputCheck, check_outputs, refuse_changed
 from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
 from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
@@ -135,7 +136,10 @@ def _verify(
 
 
 def _commit_ranges(
-    plan: BatchPlan, written: Mapping[TopicPartition, int], quarantined: Mapping[TopicPartition, int]
+    plan: BatchPlan,
+    written: Mapping[TopicPartition, int],
+    quarantined: Mapping[TopicPartition, int],
+    checks: Mapping[TopicPartition, OutputCheck] | None = None,
 ) -> list[OffsetRange]:
     ranges: list[OffsetRange] = []
     for p in plan.partitions:
@@ -151,6 +155,8 @@ def _commit_ranges(
                 p.until_offset,
                 records=written.get(p.tp, 0),
                 quarantined=quarantined.get(p.tp, 0),
+                content_hash=check.content_hash if (check := (checks or {}).get(p.tp)) else None,
+                note=check.note if check else None,
             )
         )
     return ranges
@@ -222,6 +228,7 @@ def _partition_result(
     written: Mapping[TopicPartition, int],
     quarantined: Mapping[TopicPartition, int],
     warning: str | None = None,
+    check: OutputCheck | None = None,
 ) -> PartitionResult:
     _, size, seconds = stats.get(p.tp, (0, 0, 0.0))
     warnings = [w for w in (p.warning, warning) if w]
@@ -237,6 +244,8 @@ def _partition_result(
         start=p.start,
         gap=p.gap,
         warning="; ".join(warnings) or None,
+        content_hash=check.content_hash if check else None,
+        replay_changed=check.changed if check else None,
     )
 
 
@@ -368,7 +377,11 @@ def run_batch(
         with _timed(stages, "publish"):
             warnings = _complete_committed(ledger, plan, sink, quarantine, fs)
         stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
-        ranges = _commit_ranges(plan, written, quarantined)
+        with _timed(stages, "verify"):
+            checks = check_outputs(fs, sink, quarantine, attempt, plan)
+        if spec.strict_replay:
+            refuse_changed(checks)
+        ranges = _commit_ranges(plan, written, quarantined, checks)
         to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
         if ranges:
             with _timed(stages, "commit"):
@@ -402,7 +415,8 @@ def run_batch(
     return BatchResult(
         run_id=run_id,
         partitions=tuple(
-            _partition_result(p, stats, written, quarantined, warnings.get(p.tp)) for p in plan.partitions
+            _partition_result(p, stats, written, quarantined, warnings.get(p.tp), checks.get(p.tp))
+            for p in plan.partitions
         ),
         committed=tuple(ranges),
         sink_dirs=sink_dirs,

@@ -24,7 +24,9 @@ class PartitionResult:
     `records` reached the sink, `quarantined` went to quarantine, `bytes` is the consumed key + value
     size, `seconds` the Spark tasks' reading time. `start` says where `from_offset` came from
     ('committed', 'earliest', 'latest', 'timestamp', 'new-partition'); `gap` is the ledger gap recorded
-    before the range, if records were lost to retention; `warning` explains anything unusual.
+    before the range, if records were lost to retention; `warning` explains anything unusual;
+    `content_hash` digests what the range wrote; `replay_changed` says, for a range that re-read offsets
+    the sink held (a replay), whether its output for them differs (None: not a replay, or no digest).
     """
 
     topic: str
@@ -38,6 +40,8 @@ class PartitionResult:
     start: str = "committed"
     gap: OffsetRange | None = None
     warning: str | None = None
+    content_hash: str | None = None
+    replay_changed: bool | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:

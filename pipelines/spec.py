@@ -63,6 +63,9 @@ class PipelineSpec:
         naive_timestamps: how a JSON timestamp without an offset is read: 'utc' (the default), an IANA
             time-zone name such as 'Europe/Paris' (local time there), or 'quarantine' (refused). A bare
             date for a timestamp field is midnight under the same policy (docs/sink.md, "Decoding rules").
+        strict_replay: a replay whose output for the offsets it re-reads differs from what the sink holds
+            fails before its commit (default: it goes through, and the ledger and the materialization say
+            the output changed; docs/replay.md).
     """
 
     sink_path: str
@@ -81,6 +84,7 @@ class PipelineSpec:
     consume_batch_size: int = 10_000
     compression: str = "snappy"
     naive_timestamps: str = "utc"
+    strict_replay: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reset", ResetPolicy.parse(self.reset))

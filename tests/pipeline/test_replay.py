@@ -9,9 +9,12 @@ import threading
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyspark.sql.types as T
+import pytest
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
+from cohort.pipelines.replay_check import ReplayChangedError
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
@@ -75,3 +78,43 @@ def test_a_reset_backward_replays_the_records_into_the_sink_once(
         ("reset", 100, 30, None),
         ("commit", 30, 100, "replay"),
     ]
+
+
+def _history(coordinator, group, topic):
+    return [(e.kind, e.from_offset, e.until_offset, e.note) for e in coordinator.ledger_history(group, topic, 0)]
+
+
+def test_the_replay_guard_tells_an_unchanged_replay_from_a_changed_one_and_strict_refuses_it(
+    spark, kafka_config, topic, produce_records, coordinator, ledger, group, lake
+):
+    tp = TopicPartition(topic, 0)
+    produce_records(topic, [(0, None, order(i)) for i in range(20)])
+    spec = PipelineSpec(sink_path=str(lake), value_schema=ORDER_SCHEMA)
+    first = run_batch(spark, spec, kafka_config, [tp], ledger, run_id="first")
+    (original,) = first.partitions
+    assert original.content_hash is not None and len(original.content_hash) == 64
+    assert original.replay_changed is None  # not a replay
+
+    coordinator.reset_offsets(group, {tp: 5}, actor="test", reason="same code")
+    same = run_batch(spark, spec, kafka_config, [tp], ledger, run_id="same")
+    (part,) = same.partitions
+    assert part.replay_changed is False
+    assert _history(coordinator, group, topic)[-1] == ("commit", 5, 20, "replay of [5, 20): output unchanged")
+    [entry] = [e for e in coordinator.ledger_history(group, topic, 0) if e.run_id == "same"]
+    assert entry.content_hash == part.content_hash
+
+    narrower = T.StructType([f for f in ORDER_SCHEMA.fields if f.name != "user"])  # the schema changed
+    coordinator.reset_offsets(group, {tp: 10}, actor="test", reason="new schema")
+    strict = PipelineSpec(sink_path=str(lake), value_schema=narrower, strict_replay=True)
+    before = sorted(p.name for p in (lake / f"topic={topic}" / "partition=0").iterdir())
+    with pytest.raises(ReplayChangedError, match=rf"{topic}-0 \[10, 20\).*strict_replay refuses it"):
+        run_batch(spark, strict, kafka_config, [tp], ledger, run_id="strict")
+    assert ledger.committed_offsets([tp]) == {tp: 10}  # nothing committed
+    assert sorted(p.name for p in (lake / f"topic={topic}" / "partition=0").iterdir()) == before
+    assert not any((lake / "_staging").glob("*/topic=*"))  # its staging is gone
+
+    allowed = PipelineSpec(sink_path=str(lake), value_schema=narrower)
+    changed = run_batch(spark, allowed, kafka_config, [tp], ledger, run_id="changed")
+    (part,) = changed.partitions
+    assert part.replay_changed is True and part.content_hash != original.content_hash
+    assert _history(coordinator, group, topic)[-1] == ("commit", 10, 20, "replay of [10, 20): output changed")

@@ -1,0 +1,92 @@
+"""The replay determinism guard: before a batch commits, each range's output gets a digest (recorded in the
+ledger), and a range that re-reads offsets the sink holds (a replay) compares its output for those offsets
+with what the sink holds. A changed output is allowed and said (the ledger's note, the materialization);
+with `PipelineSpec.strict_replay` the batch stops before its commit, so nothing is committed or published.
+
+Digests are computed where pyarrow reaches the sink (cohort.pipelines.arrow_sink.ArrowFs); a sink only Hadoop
+reaches records none and compares nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from cohort.common.types import TopicPartition
+from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
+from cohort.pipelines.digest import digest, read_dirs
+from cohort.pipelines.plan import BatchPlan
+from cohort.pipelines.sink import SinkFs, SinkLayout
+
+__all__ = ["OutputCheck", "ReplayChangedError", "check_outputs", "refuse_changed"]
+
+
+class ReplayChangedError(RuntimeError):
+    """A replay would write other output than the sink holds for the same offsets, and `strict_replay` is set."""
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One partition's staged output: its digest, and for a replay the offsets compared and whether the output
+    for them changed (None: not a replay)."""
+
+    content_hash: str
+    compared: tuple[int, int] | None = None
+    changed: bool | None = None
+
+    @property
+    def note(self) -> str | None:
+        """What the ledger keeps with the range."""
+        if self.compared is None:
+            return None
+        lo, hi = self.compared
+        return f"replay of [{lo}, {hi}): output {'changed' if self.changed else 'unchanged'}"
+
+
+def _tables(directories: Sequence[str]) -> list[pa.Table]:
+    """The rows of range directories given as sink URIs (one file system: the sink's)."""
+    if not directories:
+        return []
+    resolved = arrow_filesystem(directories[0])
+    assert resolved is not None
+    filesystem: pafs.FileSystem = resolved[0]
+    return read_dirs(filesystem, [arrow_filesystem(d)[1] for d in directories])  # type: ignore[index]
+
+
+def check_outputs(
+    fs: SinkFs, sink: SinkLayout, quarantine: SinkLayout, attempt: str, plan: BatchPlan
+) -> dict[TopicPartition, OutputCheck]:
+    """Digest each planned range's staged output; compare a replay's with the sink's for the same offsets."""
+    if not isinstance(fs, ArrowFs):
+        return {}
+    checks: dict[TopicPartition, OutputCheck] = {}
+    for p in plan.partitions:
+        if not p.must_commit or p.until_offset == p.from_offset:
+            continue
+        tp, lo, hi = p.tp, p.from_offset, p.until_offset
+        staged = [_tables([layout.staged_range_dir(attempt, tp.topic, tp.partition)]) for layout in (sink, quarantine)]
+        held = [layout.overlapped(fs, attempt, tp, lo, hi) for layout in (sink, quarantine)]
+        new = digest(staged[0], staged[1], lo, hi)
+        if not (held[0] or held[1]):
+            checks[tp] = OutputCheck(new)
+            continue
+        window = (lo, min(hi, max(y for dirs in held for _x, y, _path in dirs)))
+        old = [_tables([path for _x, _y, path in dirs]) for dirs in held]
+        changed = digest(staged[0], staged[1], *window) != digest(old[0], old[1], *window)
+        checks[tp] = OutputCheck(new, window, changed)
+    return checks
+
+
+def refuse_changed(checks: Mapping[TopicPartition, OutputCheck]) -> None:
+    """Raise `ReplayChangedError` naming every replayed partition whose output changed."""
+    changed = [
+        f"{tp} [{c.compared[0]}, {c.compared[1]})" for tp, c in sorted(checks.items()) if c.changed and c.compared
+    ]
+    if changed:
+        raise ReplayChangedError(
+            f"the replay writes other output than the sink holds for {', '.join(changed)} (a transform, a model or "
+            "a schema changed since); strict_replay refuses it: nothing was committed or published"
+        )
