@@ -198,10 +198,12 @@ def build_group_assets(
 
 
 def _replay(context: dg.AssetExecutionContext, replay_from: str) -> Replay | None:
-    """The replay the run's config asks for, over the run's partitions (all when it targets none)."""
+    """The replay the run's config (or else its `cohort/replay_from` tag) asks for, over the run's partitions
+    (all when it targets none)."""
+    tags = context.op_execution_context.run.tags
+    replay_from = replay_from.strip() or tags.get(REPLAY_TAG, "")
     if not replay_from.strip():
         return None
-    tags = context.op_execution_context.run.tags
     partitioned = "dagster/partition" in tags or "dagster/asset_partition_range_start" in tags
     try:
         return Replay.parse(replay_from, context.partition_keys if partitioned else None)

@@ -1,5 +1,6 @@
-"""Replays launched from Dagster: a batch run whose config says `replay_from` resets the selected topic
-partitions it owns to that start, as a member of the group, before its batch reads them.
+"""Replays launched from Dagster: a batch run whose config says `replay_from` (or that carries the run tag
+`cohort/replay_from`: a backfill launched from the UI with that tag) resets the selected topic partitions it
+owns to that start, as a member of the group, before its batch reads them.
 
 The start is `earliest`, an offset, or an ISO 8601 time (`2026-11-23T08:00:00Z`); the partitions are the
 run's asset partitions (a backfill of some partitions of a topic asset, one run per the single-run backfill
@@ -39,6 +40,8 @@ class Replay:
     def parse(cls, replay_from: str, partitions: Iterable[str] | None = None) -> Replay:
         """From the op config's `replay_from` and the run's partition keys; ValueError naming a bad value."""
         text = replay_from.strip()
+        for prefix in ("offset ", "datetime "):  # the run tag's own forms (ResetTarget.describe), re-executed
+            text = text.removeprefix(prefix)
         if text == "earliest":
             target = ResetTarget.earliest()
         elif text.isdigit():

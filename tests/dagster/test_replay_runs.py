@@ -55,6 +55,17 @@ def test_a_backfill_of_some_partitions_replays_them_from_the_start(
     checks = defs.resolve_job_def(T.get_checks_job_name(config.group)).execute_in_process(instance=instance)
     assert {e.check_name: e.passed for e in checks.get_asset_check_evaluations()}[CHECK_CONTIGUOUS]
 
+    # a backfill launched from the UI carries no config: the run tag asks for the replay (from offset 4 here)
+    by_tag = job.execute_in_process(instance=instance, tags={"dagster/partition": "2", REPLAY_TAG: "offset 4"})
+    assert by_tag.success
+    [(partition, meta)] = [
+        (e.materialization.partition, e.materialization.metadata)
+        for e in by_tag.get_asset_materialization_events()
+        if e.materialization.asset_key == key
+    ]
+    assert (partition, meta["cohort/from_offset"].value, meta["cohort/replay"].value) == ("2", "4", "offset 4")
+    assert spark.read.parquet(setup.sink).count() == 30
+
 
 def test_a_bad_replay_start_fails_the_run_before_it_joins(make_setup, topic_factory, instance):
     topic = topic_factory(1, suffix="badreplay")
