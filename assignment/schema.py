@@ -46,10 +46,10 @@ __all__ = [
     "schema_version",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
 1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
-reset), a note and a content hash (`_migrate` upgrades in place)."""
+reset) and a note; 4: and the content hash of what a range wrote (`_migrate` upgrades in place)."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -270,8 +270,8 @@ def _migrate(conn: Connection, found: int) -> None:
             )
 
     if found < 3:
-        # Version 3 records offset resets in the ledger (an entry's kind, a note: who and why) and the digest
-        # of what each range wrote. The table may be new (create_all just made it with these columns).
+        # Version 3 records offset resets in the ledger: an entry's kind, a note (who and why). The table may
+        # be new (create_all just made it with these columns).
         present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
         if "kind" not in present:
             conn.execute(
@@ -279,5 +279,8 @@ def _migrate(conn: Connection, found: int) -> None:
             )
         if "note" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN note TEXT"))
+    if found < 4:
+        # Version 4 records the digest of what each range wrote (cohort.pipelines.digest).
+        present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
         if "content_hash" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN content_hash VARCHAR(64)"))

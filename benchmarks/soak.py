@@ -809,6 +809,10 @@ def write_section(text: str) -> None:
     OUTPUT.write_text(f"{head}\n\n{text}" if head else text)
 
 
+def _stop(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=int, default=30, help="minutes of batches and faults (default 30)")
@@ -821,6 +825,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < 3:
         parser.error("--minutes must be 3 or more (minute 0 warms up, 1 and 2 carry the faults)")
     plan = SoakPlan(minutes=args.minutes, rate_per_s=args.rate, outage_s=args.outage_s, seed=args.seed)
+    signal.signal(signal.SIGTERM, _stop)  # stopped from outside: clean up dagster dev, the broker, PostgreSQL
     with tempfile.TemporaryDirectory(prefix="cohort-soak-", dir="/tmp") as workdir:
         report = run_soak(plan, Path(workdir))
     data = report.as_json()

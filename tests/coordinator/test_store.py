@@ -226,3 +226,29 @@ def test_racing_creations_of_one_group_all_succeed(url: str, clock: ManualClock)
     assert set(heads.values()) == {1}
     for store in stores:
         store.close()
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commits(url: str, version: int) -> None:
+    """Version 2 had no entry kind or note, version 3 no content hash: opening upgrades the table in place and
+    existing ranges read as commits."""
+    engine = create_store_engine(url)
+    SqlGroupStore(engine)  # today's schema, then taken back to the older one
+    dropped = ["kind", "note", "content_hash"] if version == 2 else ["content_hash"]
+    with engine.begin() as conn:
+        for column in dropped:
+            conn.execute(sa.text(f"ALTER TABLE cohort_offset_ranges DROP COLUMN {column}"))
+        conn.execute(sa.text("UPDATE cohort_schema_version SET version = :v"), {"v": version})
+        conn.execute(
+            sa.text(
+                "INSERT INTO cohort_offset_ranges (group_name, topic, partition, from_offset, until_offset, records, "
+                "quarantined, run_id, generation, committed_at) VALUES ('g', 't', 0, 0, 10, 10, 0, 'run-1', 1, 5.0)"
+            )
+        )
+    engine.dispose()
+    store = SqlGroupStore.from_url(url)
+    [entry] = store.history("g", "t", 0)
+    assert (entry.kind, entry.note, entry.content_hash, entry.until_offset) == ("commit", None, None, 10)
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 4
+    store.close()
