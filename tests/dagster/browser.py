@@ -116,6 +116,19 @@ class Page:
                 )
             time.sleep(0.5)
 
+    def type_into(self, selector: str, text: str, *, timeout_s: float = 30.0) -> None:
+        """Focus the first element matching the CSS `selector` (once it appears) and type `text` into it, as
+        a keyboard would (the page's own input handlers see it)."""
+        focus = f"""(() => {{
+            const element = document.querySelector({json.dumps(selector)});
+            if (!element) return false;
+            element.scrollIntoView({{block: "center"}});
+            element.focus();
+            return document.activeElement === element;
+        }})()"""
+        self.wait_for_js(focus, f"an element matching {selector!r} to focus", timeout_s=timeout_s)
+        self.call("Input.insertText", text=text)
+
     def wait_for_js(self, expression: str, what: str, timeout_s: float = 30.0) -> Any:
         """Wait until the JavaScript `expression` is truthy in the page; its value."""
         deadline = time.monotonic() + timeout_s

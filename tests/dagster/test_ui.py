@@ -5,9 +5,10 @@ On the topic asset's page: Materialize, All partitions, Launch backfill (one run
 worker slot) and, while it runs, the asset's automations (worker job, schedule, both sensors). Then, following
 the lineage links: the landed-data asset's row count and sink location; the demo's downstream
 `events_by_kind`, materialized by declarative automation, its aggregate equal to what landed; back upstream
-to the topic asset's checks, green after the batch, and one executed again from its Execute button. Over the
-whole session every sensor ticked several times and no tick failed. The screenshots are kept in artifacts/
-(dagster-ui-NN-<page>.png).
+to the topic asset's checks, green after the batch, and one executed again from its Execute button. Then a
+replay: Materialize, All, a `cohort/replay_from` tag added to the backfill's runs, Launch backfill; every
+partition is read again and the sink holds each offset once. Over the whole session every sensor ticked
+several times and no tick failed. The screenshots are kept in artifacts/ (dagster-ui-NN-<page>.png).
 """
 
 import json
@@ -15,8 +16,10 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.dataset as ds
 import pytest
 
+from cohort.assets.replay import REPLAY_TAG
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator, safe_name
 from cohort.demo.definitions import DEMO_AUTOMATION_SENSOR, DEMO_GROUP, DEMO_TOPIC, demo_config
 from cohort.devtools.embedded_broker import free_port
@@ -45,6 +48,12 @@ MIN_TICKS = 3
 
 def _path(key: dg.AssetKey) -> str:
     return "/assets/" + "/".join(key.path)
+
+
+def _sink_offsets(sink: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every row in the sink, sorted (duplicates kept)."""
+    table = ds.dataset(str(sink), format="parquet", partitioning="hive").to_table(columns=["kafka"])
+    return sorted((k["partition"], k["offset"]) for k in table.column("kafka").to_pylist())
 
 
 def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_config, produce_records, tmp_path: Path):
@@ -187,6 +196,55 @@ def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_confi
             lambda t: t.count("Succeeded") >= 2 and "In Progress" not in t, "the check's new result", timeout_s=60
         )
         shots.take(page, "topic-asset-checks")
+
+        # A replay from the UI: Materialize -> All -> Tags -> Add tags (cohort/replay_from = earliest) -> Apply
+        # -> Launch backfill. Every partition is read again from offset 0 and replaces what the sink held.
+        landed_before = _sink_offsets(Path(env["COHORT_SINK"]))
+        page.goto(url + _path(TOPIC_ASSET))
+        page.wait_for_text("Automation details", timeout_s=90)
+        page.click("Materialize…")
+        page.wait_for_text("Launch runs to materialize")
+        page.click("All")
+        page.wait_for_text(f"{partitions} partitions")
+        page.click("0 tags", selector="span")  # the header of the dialog's collapsed Tags section
+        page.wait_for_text("Tags will be applied to all backfill runs")
+        page.click("Add tags", selector="button")
+        page.wait_for_text("Add tags to run")
+        page.type_into('input[placeholder="Tag Key"]', REPLAY_TAG)
+        page.type_into('input[placeholder="Tag Value"]', "earliest")
+        page.click("Apply", selector="button")
+        page.wait_for_text(REPLAY_TAG)
+        shots.take(page, "replay-backfill-dialog")
+        page.click("Launch backfill", selector="button")
+        replay_backfill = poll(
+            lambda: [b for b in instance.get_backfills() if b.tags.get(REPLAY_TAG) == "earliest"] or None,
+            timeout_s=30,
+            what="the replay backfill",
+        )
+        [replay_run] = wait_for_success(
+            instance,
+            lambda: instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": replay_backfill[0].backfill_id})),
+            timeout_s=180,
+        )
+        assert replay_run.tags.get(REPLAY_TAG) == "earliest"
+        replayed = [
+            e.event_log_entry.dagster_event.event_specific_data.materialization  # type: ignore[union-attr]
+            for e in instance.get_records_for_run(
+                replay_run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ).records
+        ]
+        shown = {m.partition: m.metadata for m in replayed if m.asset_key == TOPIC_ASSET}
+        assert set(shown) == keys and all(metadata_value(m["cohort/replay"]) == "earliest" for m in shown.values())
+        assert all(metadata_value(m["cohort/from_offset"]) == "0" for m in shown.values())
+        landed_after = _sink_offsets(Path(env["COHORT_SINK"]))
+        assert landed_after == landed_before and len(set(landed_after)) == len(landed_after)  # each offset once
+        evaluations = instance.get_records_for_run(
+            replay_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ).records
+        assert evaluations and all(
+            r.event_log_entry.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
+            for r in evaluations
+        )
 
         # Every sensor ticked several times over the session, and no tick failed.
         ticks = poll(
