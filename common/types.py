@@ -6,7 +6,7 @@ on Spark executors and the Dagster code all use the same values without loading 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cohort.common.validation import INT32_MAX, as_integer
@@ -31,7 +31,8 @@ class OffsetRange:
     `records` counts what reached the sink, `quarantined` what went to quarantine; a range with a
     `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
     `content_hash` is the digest of what the range wrote (cohort.pipelines.digest), `note` a remark the
-    ledger keeps with it (a replay says whether its output changed).
+    ledger keeps with it (a replay says whether its output changed): annotations, not part of a range's identity
+    (equality compares the offsets and the counts).
     """
 
     topic: str
@@ -41,8 +42,8 @@ class OffsetRange:
     records: int = 0
     quarantined: int = 0
     gap_reason: str | None = None
-    content_hash: str | None = None
-    note: str | None = None
+    content_hash: str | None = field(default=None, compare=False)
+    note: str | None = field(default=None, compare=False)
 
     @property
     def topic_partition(self) -> TopicPartition:
