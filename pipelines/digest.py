@@ -33,16 +33,21 @@ def _side(tables: Sequence[pa.Table], from_offset: int, until_offset: int) -> by
     if not tables:
         return hasher.digest()
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-    offset = pc.field("kafka", "offset")
-    table = table.filter((offset >= from_offset) & (offset < until_offset))
+    bounds = pc.min_max(pc.struct_field(table.column("kafka"), "offset"))
+    if table.num_rows and not (from_offset <= bounds["min"].as_py() and bounds["max"].as_py() < until_offset):
+        offset = pc.field("kafka", "offset")
+        table = table.filter((offset >= from_offset) & (offset < until_offset))  # only the window's rows
     if table.num_rows == 0:
         return hasher.digest()
-    order = pc.sort_indices(pc.struct_field(table.column("kafka"), "offset"))
-    table = table.take(order).replace_schema_metadata(None).combine_chunks()
-    plain = pa.schema([field.remove_metadata() for field in table.schema])
+    offsets = pc.struct_field(table.column("kafka"), "offset")
+    if len(offsets) > 1 and not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+        table = table.take(pc.sort_indices(offsets))
+    plain = pa.schema([field.remove_metadata() for field in table.schema])  # zero-copy: same buffers
+    columns = [column if column.num_chunks == 1 else column.combine_chunks() for column in table.columns]
+    table = pa.Table.from_arrays(columns, schema=plain)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, plain) as stream:
-        stream.write_table(table.cast(plain))
+        stream.write_table(table)
     hasher.update(sink.getvalue())
     return hasher.digest()
 
