@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import tempfile
 from functools import cache
 
 import pyarrow as pa
@@ -54,19 +55,21 @@ def exchange(first: str, second: str) -> None:
 
 @cache
 def _probe(directory: str) -> bool:
-    probe = os.path.join(directory, f".cohort-swap-probe-{os.getpid()}")
-    first, second = probe + "-a", probe + "-b"
+    """Swap two fresh directories under `directory`. Each probe makes its own pair (mkdtemp), so concurrent
+    probes (the slots of one run are threads) never remove each other's and report a false "unsupported"."""
+    first = second = None
     try:
-        os.makedirs(first, exist_ok=True)
-        os.makedirs(second, exist_ok=True)
+        first = tempfile.mkdtemp(prefix=".cohort-swap-probe-", dir=directory)
+        second = tempfile.mkdtemp(prefix=".cohort-swap-probe-", dir=directory)
         exchange(first, second)
         return True
     except OSError:
         return False
     finally:
         for path in (first, second):
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
 
 
 def exchange_supported(directory: str) -> bool:
