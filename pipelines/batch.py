@@ -50,6 +50,7 @@ from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
 from cohort.pipelines.reader import read_stats_accumulator
+from cohort.pipelines.readers import resolve_readers
 from cohort.pipelines.replay_check import OutputCheck, check_outputs, refuse_changed
 from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
 from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout, attempt_id
@@ -368,6 +369,7 @@ def run_batch(
     run_id = run_id or uuid.uuid4().hex
     attempt = attempt_id(run_id)
     stages: dict[str, float] = {}
+    spec = resolve_readers(spec, {tp.topic for tp in partitions})  # registry formats: reader schemas, once
     with _timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)

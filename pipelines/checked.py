@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,7 +37,23 @@ from cohort.pipelines.decode import (
 from cohort.pipelines.reader import RECORD_SCHEMA
 from cohort.pipelines.validate import RowCheck, failure_reasons
 
-__all__ = ["RecordChecker"]
+__all__ = ["KEY_COLUMN", "Decoder", "RecordChecker"]
+
+KEY_COLUMN = "key"
+"""The decoded key's column (when the key format decodes): a struct for record schemas, else the value."""
+
+
+class Decoder(Protocol):
+    """Raw Kafka bytes (an Arrow binary array) into decoded columns, with a reason per failed record."""
+
+    @property
+    def columns(self) -> StructType: ...
+
+    @property
+    def arrow_schema(self) -> pa.Schema: ...
+
+    def decode(self, values: pa.Array) -> tuple[list[pa.Array], list[str | None]]: ...
+
 
 _KAFKA_SPARK_TYPES = {
     "topic": StringType(),
@@ -53,8 +70,28 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 class RecordChecker:
     """Decode + validate raw batches (pickled into the reading tasks: plain values only)."""
 
-    decoder: ValueDecoder
+    decoder: ValueDecoder | Decoder
     checks: tuple[RowCheck, ...] = ()
+    key_decoder: ValueDecoder | Decoder | None = None
+
+    @cached_property
+    def key_field(self) -> tuple[StructField, pa.Field[Any]] | None:
+        """The `key` column's Spark and Arrow fields: the key's one column, or a struct of its columns."""
+        if self.key_decoder is None:
+            return None
+        columns, arrow = self.key_decoder.columns, self.key_decoder.arrow_schema
+        if len(columns.fields) == 1 and columns.fields[0].name == "value":
+            return StructField(KEY_COLUMN, columns.fields[0].dataType, True), pa.field(KEY_COLUMN, arrow.field(0).type)
+        return StructField(KEY_COLUMN, columns, True), pa.field(KEY_COLUMN, pa.struct(list(arrow)))
+
+    @cached_property
+    def output_names(self) -> list[str]:
+        """The decoded columns of sink rows, in order: `key` (when decoded), then the value columns."""
+        key = [KEY_COLUMN] if self.key_field is not None else []
+        return key + [f.name for f in self.decoder.columns.fields]
+
+    def _key_fields(self) -> tuple[list[StructField], list[pa.Field[Any]]]:
+        return ([self.key_field[0]], [self.key_field[1]]) if self.key_field is not None else ([], [])
 
     @cached_property
     def spark_schema(self) -> StructType:
@@ -62,7 +99,7 @@ class RecordChecker:
         coordinates = [StructField(kafka_column(f), _KAFKA_SPARK_TYPES[f]) for f in KAFKA_FIELDS]
         values = [StructField(f.name, f.dataType, True) for f in self.decoder.columns.fields]
         tail = [StructField(RAW_VALUE_COLUMN, BinaryType()), StructField(REASON_COLUMN, StringType())]
-        return StructType([*coordinates, *values, *tail])
+        return StructType([*coordinates, *self._key_fields()[0], *values, *tail])
 
     @cached_property
     def arrow_schema(self) -> pa.Schema:
@@ -70,6 +107,7 @@ class RecordChecker:
         return pa.schema(
             [
                 *coordinates,
+                *self._key_fields()[1],
                 *self.decoder.arrow_schema,
                 pa.field(RAW_VALUE_COLUMN, pa.binary()),
                 pa.field(REASON_COLUMN, pa.string()),
@@ -79,7 +117,7 @@ class RecordChecker:
     @cached_property
     def sink_schema(self) -> pa.Schema:
         """Arrow schema of sink rows: `kafka` struct, then the value columns."""
-        return pa.schema([pa.field(KAFKA_COLUMN, _kafka_type()), *self.decoder.arrow_schema])
+        return pa.schema([pa.field(KAFKA_COLUMN, _kafka_type()), *self._key_fields()[1], *self.decoder.arrow_schema])
 
     @cached_property
     def quarantine_schema(self) -> pa.Schema:
@@ -91,6 +129,16 @@ class RecordChecker:
     def check(self, raw: pa.RecordBatch) -> pa.RecordBatch:
         """One checked batch (see the module doc) for a raw batch."""
         values, reasons = self.decoder.decode(raw.column("value"))
+        keys: list[pa.Array] = []
+        if self.key_decoder is not None and self.key_field is not None:
+            key_columns, key_reasons = self.key_decoder.decode(raw.column("key"))
+            for i, problem in enumerate(key_reasons):
+                if problem is not None and reasons[i] is None:
+                    reasons[i] = f"key: {problem}"
+            if pa.types.is_struct(self.key_field[1].type):
+                keys = [pa.StructArray.from_arrays(key_columns, fields=list(self.key_field[1].type))]
+            else:
+                keys = [key_columns[0]]
         if self.checks:
             decoded = pa.Table.from_arrays(values, schema=self.decoder.arrow_schema)
             for i, failed in enumerate(failure_reasons(self.checks, decoded)):
@@ -107,12 +155,12 @@ class RecordChecker:
         else:
             raw_value = pc.if_else(reason.is_null(), pa.scalar(None, pa.binary()), raw.column("value"))
         columns = [raw.column(f) for f in KAFKA_FIELDS]
-        return pa.RecordBatch.from_arrays([*columns, *values, raw_value, reason], schema=self.arrow_schema)
+        return pa.RecordBatch.from_arrays([*columns, *keys, *values, raw_value, reason], schema=self.arrow_schema)
 
     def sink_rows(self, checked: pa.RecordBatch) -> pa.Table:
         """The checked batch's valid rows as sink rows."""
         valid = checked.filter(checked.column(REASON_COLUMN).is_null())
-        values = [valid.column(f.name) for f in self.decoder.arrow_schema]
+        values = [valid.column(name) for name in self.output_names]
         return pa.Table.from_arrays([_kafka_struct(valid), *values], schema=self.sink_schema)
 
     def quarantine_rows(self, checked: pa.RecordBatch) -> pa.Table:

@@ -43,10 +43,13 @@ from pyspark.sql.types import (
     ByteType,
     DataType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
     LongType,
+    MapType,
+    NullType,
     ShortType,
     StringType,
     StructField,
@@ -70,8 +73,11 @@ __all__ = [
     "value_columns_schema",
 ]
 
-ValueFormat = Literal["bytes", "utf8", "json"]
-VALUE_FORMATS: tuple[str, ...] = ("bytes", "utf8", "json")
+ValueFormat = Literal["bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf"]
+VALUE_FORMATS: tuple[str, ...] = ("bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf")
+"""`raw` is `bytes` by another name: the value as Kafka holds it, no decoding."""
+REGISTRY_VALUE_FORMATS: tuple[str, ...] = ("json-schema", "avro", "protobuf")
+"""Formats framed for the Schema Registry (a magic byte and a schema id before each payload)."""
 
 INTERNAL_PREFIX = "_cohort_"
 KAFKA_COLUMN = "kafka"
@@ -117,40 +123,65 @@ def arrow_type(data_type: DataType, *, where: str = "value") -> pa.DataType:
         )
     if isinstance(data_type, ArrayType):
         return pa.list_(arrow_type(data_type.elementType, where=f"{where}[]"))
+    if isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType):
+        return pa.map_(pa.string(), arrow_type(data_type.valueType, where=f"{where}{{}}"))
+    if isinstance(data_type, DecimalType):
+        return pa.decimal128(data_type.precision, data_type.scale)
+    if isinstance(data_type, NullType):
+        return pa.null()
     raise ValueError(
-        f"field {where!r} has type {data_type.simpleString()}, which the JSON decoder does not support; use "
-        "string, boolean, byte/short/int/long, float/double, timestamp, date, struct or array"
+        f"field {where!r} has type {data_type.simpleString()}, which Cohort cannot decode into; use "
+        "string, binary, boolean, byte/short/int/long, float/double, decimal, timestamp, date, struct, array or a "
+        "map with string keys"
     )
 
 
-def value_columns_schema(value_format: str, value_schema: StructType | None) -> StructType:
-    """The decoded value columns for a format: the JSON schema's fields, or one `value` column.
+def value_columns_schema(value_format: str, value_schema: StructType | None, *, what: str = "value") -> StructType:
+    """The decoded columns for a format: the schema's fields (JSON and the registry formats), or one `value`
+    column (raw formats).
 
     Raises ValueError naming the problem for an unknown format, a JSON format without a schema, a schema
-    given for another format, a field name reserved by the pipeline or a type the decoder cannot produce.
+    given for a raw format, a field name reserved by the pipeline or a type the decoder cannot produce. A
+    registry format without a schema is resolved from the registry at batch time (see PipelineSpec).
     """
     if value_format not in VALUE_FORMATS:
-        raise ValueError(f"unknown value format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
-    if value_format != "json":
+        raise ValueError(f"unknown {what} format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
+    if value_format in ("bytes", "raw", "utf8"):
         if value_schema is not None:
-            raise ValueError(f"a value schema only applies to the 'json' format, not {value_format!r}")
-        return StructType([StructField("value", BinaryType() if value_format == "bytes" else StringType())])
+            raise ValueError(f"a {what} schema only applies to decoded formats, not {value_format!r}")
+        return StructType([StructField("value", StringType() if value_format == "utf8" else BinaryType())])
     if not isinstance(value_schema, StructType) or not value_schema.fields:
-        raise ValueError("the 'json' value format needs a non-empty Spark StructType schema for the values")
+        raise ValueError(f"the {value_format!r} {what} format needs a non-empty Spark StructType schema")
     names = [f.name for f in value_schema.fields]
     clashes = sorted(n for n in names if n in RESERVED_COLUMNS or n.startswith(INTERNAL_PREFIX))
     if clashes:
         raise ValueError(
-            f"value schema field(s) {clashes} clash with names the pipeline reserves "
+            f"{what} schema field(s) {clashes} clash with names the pipeline reserves "
             f"({sorted(RESERVED_COLUMNS)} and the {INTERNAL_PREFIX!r} prefix); rename them in the schema"
         )
     if len(set(names)) != len(names):
-        raise ValueError(f"value schema has duplicate field names: {names}")
+        raise ValueError(f"{what} schema has duplicate field names: {names}")
     for f in value_schema.fields:
-        if isinstance(f.dataType, BinaryType):
-            raise ValueError(f"field {f.name!r}: binary fields cannot be decoded from JSON; declare a string")
+        if value_format in ("json", "json-schema"):
+            _json_decodable(f.dataType, f.name)
         arrow_type(f.dataType, where=f.name)
     return value_schema
+
+
+def _json_decodable(data_type: DataType, where: str) -> None:
+    """ValueError for a type JSON values cannot be decoded into (binary, maps, decimals)."""
+    if isinstance(data_type, BinaryType):
+        raise ValueError(f"field {where!r}: binary fields cannot be decoded from JSON; declare a string")
+    if isinstance(data_type, (MapType, DecimalType, NullType)):
+        raise ValueError(
+            f"field {where!r} has type {data_type.simpleString()}, which the JSON decoder does not support; use "
+            "string, boolean, byte/short/int/long, float/double, timestamp, date, struct or array"
+        )
+    if isinstance(data_type, StructType):
+        for f in data_type.fields:
+            _json_decodable(f.dataType, f"{where}.{f.name}")
+    if isinstance(data_type, ArrayType):
+        _json_decodable(data_type.elementType, f"{where}[]")
 
 
 def _invalid_utf8(values: pa.Array) -> list[bool]:
@@ -491,7 +522,7 @@ class ValueDecoder:
         """(value columns, reason per record) for a batch of raw values."""
         n = len(values)
         reasons: list[str | None] = [None] * n
-        if self.value_format == "bytes":
+        if self.value_format in ("bytes", "raw"):
             return [values.cast(pa.binary())], reasons
         bad_text = _invalid_utf8(values)
         for i in range(n):

@@ -104,7 +104,7 @@ def _with_partition_columns(frame: DataFrame) -> DataFrame:
 def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Valid records through the user transform, plus `topic`/`partition` for the staging layout."""
     valid = checked.filter(F.col(REASON_COLUMN).isNull()).select(
-        kafka_struct(), *[F.col(f"`{name}`") for name in spec.value_columns.names]
+        kafka_struct(), *[F.col(f"`{name}`") for name in spec.checker.output_names]
     )
     if spec.transform is not None:
         valid = spec.transform(valid)

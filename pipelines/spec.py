@@ -28,8 +28,16 @@ from pyspark.sql.types import StructType
 
 from cohort.common.validation import as_integer, is_number
 from cohort.pipelines.checked import RecordChecker
-from cohort.pipelines.decode import ValueDecoder, ValueFormat, naive_timestamp_policy, value_columns_schema
+from cohort.pipelines.decode import (
+    REGISTRY_VALUE_FORMATS,
+    ValueDecoder,
+    ValueFormat,
+    naive_timestamp_policy,
+    value_columns_schema,
+)
 from cohort.pipelines.plan import PlanLimits, ResetPolicy
+from cohort.pipelines.registry import RegistryConnection
+from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
 from cohort.pipelines.validate import RowCheck, compile_model
 
 __all__ = ["PipelineSpec"]
@@ -45,8 +53,16 @@ class PipelineSpec:
         sink_path: root of the Parquet output (local path or Hadoop-compatible URI).
         quarantine_path: root of the quarantine output; default `<sink_path>/_quarantine`, which Spark's
             readers of the sink ignore.
-        value_format: 'json' (into `value_schema`), 'utf8' (a string `value`) or 'bytes'.
-        value_schema: the Spark StructType of JSON values; required for 'json' only.
+        value_format: 'json' (into `value_schema`), the Schema Registry formats 'avro', 'protobuf' and
+            'json-schema', 'utf8' (a string `value`), or 'bytes' / 'raw' (the value as it is).
+        value_schema: the reader schema: a Spark StructType (required for 'json'); for 'avro' also an Avro
+            schema as JSON text. For a registry format left out, it is the latest version of `value_subject`
+            in the registry, read when a batch starts (docs/formats.md).
+        value_subject: the registry subject whose latest version is the reader schema (default: the
+            topic's `<topic>-value`, the registry's TopicNameStrategy).
+        key_format, key_schema, key_subject: the same for keys (default 'bytes': the key stays raw in
+            `kafka.key`); a decoded key is a `key` column (a struct for record schemas).
+        registry: the Schema Registry the registry formats read writer schemas from.
         model: a pandera.pyspark DataFrameModel over the decoded value columns, checked row by row.
         transform: DataFrame -> DataFrame applied to valid records before the sink. It must keep the
             `kafka` column and one output row per input row (the batch checks the counts).
@@ -71,7 +87,12 @@ class PipelineSpec:
     sink_path: str
     quarantine_path: str | None = None
     value_format: ValueFormat = "json"
-    value_schema: StructType | None = None
+    value_schema: StructType | str | None = None
+    value_subject: str | None = None
+    key_format: ValueFormat = "bytes"
+    key_schema: StructType | str | None = None
+    key_subject: str | None = None
+    registry: RegistryConnection | None = None
     model: Any = None
     transform: Transform | None = None
     reset: ResetPolicy | str | datetime = "earliest"
@@ -85,6 +106,9 @@ class PipelineSpec:
     compression: str = "snappy"
     naive_timestamps: str = "utc"
     strict_replay: bool = False
+    value_reader: ReaderSchema | None = field(default=None, repr=False)
+    """The resolved value reader schema (cohort.pipelines.readers.resolve_readers fills it in)."""
+    key_reader: ReaderSchema | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reset", ResetPolicy.parse(self.reset))
@@ -93,8 +117,20 @@ class PipelineSpec:
         if self.quarantine_path is not None and not self.quarantine_path.strip():
             raise ValueError("quarantine_path must be a non-empty path or None for the default")
         naive_timestamp_policy(self.naive_timestamps)
-        self.value_columns  # noqa: B018 (validates the format and schema)
-        self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
+        for what, fmt in (("value", self.value_format), ("key", self.key_format)):
+            if (
+                fmt in REGISTRY_VALUE_FORMATS
+                and self.registry is not None
+                and not isinstance(self.registry, RegistryConnection)
+            ):
+                raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
+            if fmt == "json" and what == "key" and self.key_schema is None:
+                raise ValueError("the 'json' key format needs a key_schema (a Spark StructType)")
+        if self.resolved:
+            self.value_columns  # noqa: B018 (validates the format and schema)
+            self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
+            if self.key_decoded and "key" in self.value_columns.names:
+                raise ValueError("a decoded key is the `key` column: rename the value field 'key'")
         if self.transform is not None and not callable(self.transform):
             raise ValueError(f"transform must be a callable DataFrame -> DataFrame, got {self.transform!r}")
         if not is_number(self.read_timeout_s) or self.read_timeout_s <= 0:  # NaN would disable the timeout
@@ -103,21 +139,83 @@ class PipelineSpec:
             raise ValueError(f"consume_batch_size must be >= 1, got {self.consume_batch_size}")
         self.limits()  # validates the caps
 
+    @property
+    def key_decoded(self) -> bool:
+        """Whether keys are decoded into a `key` column (any key format but 'bytes' and 'raw')."""
+        return self.key_format not in ("bytes", "raw")
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the reader schemas are known without asking the registry."""
+        return all(
+            fmt not in REGISTRY_VALUE_FORMATS or reader is not None or isinstance(schema, (StructType, str))
+            for fmt, schema, reader in (
+                (self.value_format, self.value_schema, self.value_reader),
+                (self.key_format, self.key_schema, self.key_reader),
+            )
+        )
+
+    def reader(self, what: str = "value") -> ReaderSchema:
+        """The reader schema of values (or keys) of a registry format; ValueError while it is still to be
+        read from the registry (resolve_readers does that when a batch starts)."""
+        from cohort.pipelines.readers import explicit_reader
+
+        fmt, schema, reader = (
+            (self.value_format, self.value_schema, self.value_reader)
+            if what == "value"
+            else (self.key_format, self.key_schema, self.key_reader)
+        )
+        if reader is not None:
+            return reader
+        if schema is None:
+            raise ValueError(
+                f"the {what} reader schema comes from the Schema Registry when a batch starts; it is not known yet"
+            )
+        return explicit_reader(fmt, schema, what)
+
     @cached_property
     def value_columns(self) -> StructType:
-        """The decoded value columns the model and the transform see (besides `kafka`)."""
+        """The decoded value columns the model and the transform see (besides `kafka` and `key`)."""
+        if self.value_format in REGISTRY_VALUE_FORMATS:
+            return value_columns_schema(self.value_format, self.reader("value").columns)
+        if isinstance(self.value_schema, str):
+            raise ValueError("a value schema given as text applies to the 'avro' format only")
         return value_columns_schema(self.value_format, self.value_schema)
+
+    @cached_property
+    def key_columns(self) -> StructType | None:
+        """The decoded key's columns (None when keys stay raw)."""
+        if not self.key_decoded:
+            return None
+        if self.key_format in REGISTRY_VALUE_FORMATS:
+            return self.reader("key").columns
+        if isinstance(self.key_schema, str):
+            raise ValueError("a key schema given as text applies to the 'avro' format only")
+        return value_columns_schema(self.key_format, self.key_schema, what="key")
 
     @cached_property
     def row_checks(self) -> tuple[RowCheck, ...]:
         """The model compiled to row-level checks (empty without a model)."""
         return () if self.model is None else compile_model(self.model, self.value_columns)
 
+    def _decoder(self, what: str) -> ValueDecoder | RegistryDecoder:
+        fmt = self.value_format if what == "value" else self.key_format
+        if fmt in REGISTRY_VALUE_FORMATS:
+            if self.registry is None:
+                raise ValueError(
+                    f"the {fmt!r} {what} format reads writer schemas from a Schema Registry: give "
+                    "PipelineSpec(registry=RegistryConnection(url=...)) or the Dagster SchemaRegistryResource"
+                )
+            return RegistryDecoder(self.reader(what), self.registry, self.naive_timestamps, what)
+        columns = self.value_columns if what == "value" else self.key_columns
+        assert columns is not None
+        return ValueDecoder(fmt, columns, self.naive_timestamps)
+
     @cached_property
     def checker(self) -> RecordChecker:
         """What the reading tasks run on each raw batch: decoding, then the model's row checks."""
-        decoder = ValueDecoder(self.value_format, self.value_columns, self.naive_timestamps)
-        return RecordChecker(decoder, self.row_checks)
+        key = self._decoder("key") if self.key_decoded else None
+        return RecordChecker(self._decoder("value"), self.row_checks, key)
 
     @property
     def quarantine_root(self) -> str:

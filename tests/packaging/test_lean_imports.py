@@ -23,8 +23,14 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.validate",
     "cohort.pipelines.sink",
     "cohort.pipelines.arrow_sink",
+    "cohort.pipelines.registry_decode",
+    "cohort.pipelines.framing",
+    "cohort.pipelines.registry",
+    "cohort.pipelines.avro_columns",
+    "cohort.pipelines.avro_schema",
 )
-"""What a reading task runs: the read (reader), decoding, checks and the Parquet writer with its layout (sink)."""
+"""What a reading task runs: the read (reader), decoding (the Schema Registry formats too: their clients load only
+when a task decodes such a record), checks and the Parquet writer with its layout (sink)."""
 
 ALLOWED_COHORT = frozenset(
     {

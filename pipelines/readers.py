@@ -1,0 +1,105 @@
+"""Reader schemas of the Schema Registry formats: given explicitly, or the latest version of a subject.
+
+Resolved once per batch on the driver (`resolve_readers`), before any task starts, so every record of the
+batch decodes into the same columns and a subject that is missing fails the batch with its name. The
+resolved spec is what the reading tasks receive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.types import StructType
+
+from cohort.pipelines.decode import REGISTRY_VALUE_FORMATS
+from cohort.pipelines.registry import RegistryError, SchemaSource
+from cohort.pipelines.registry_decode import ReaderSchema
+
+if TYPE_CHECKING:
+    from cohort.pipelines.spec import PipelineSpec
+
+__all__ = ["explicit_reader", "resolve_readers"]
+
+
+def explicit_reader(fmt: str, schema: StructType | str, what: str = "value") -> ReaderSchema:
+    """The reader of a schema given in the spec: Spark columns (any registry format), or Avro JSON text."""
+    from cohort.pipelines.avro_schema import AvroSchemaError, avro_from_spark, parse_avro, value_columns
+
+    if isinstance(schema, str):
+        if fmt != "avro":
+            raise ValueError(f"a {what} schema given as text must be an Avro schema ('avro' format), not {fmt!r}")
+        try:
+            return ReaderSchema(fmt, value_columns(parse_avro(schema)), schema)
+        except AvroSchemaError as exc:
+            raise ValueError(f"the Avro {what} reader schema cannot be read: {exc}") from None
+    if not isinstance(schema, StructType) or not schema.fields:
+        raise ValueError(f"the {fmt!r} {what} schema must be a non-empty Spark StructType")
+    return ReaderSchema(fmt, schema, avro_from_spark(schema) if fmt == "avro" else None)
+
+
+def resolve_readers(spec: PipelineSpec, topics: Collection[str]) -> PipelineSpec:
+    """`spec` with the reader schemas the registry holds filled in (unchanged when none is needed).
+
+    Raises ValueError naming the subject when it is missing, when the topics' subjects hold different
+    schemas, or when the latest schema cannot become columns; RegistryUnavailableError when the registry
+    cannot be reached.
+    """
+    if spec.resolved:
+        return spec
+    if spec.registry is None:
+        raise ValueError(
+            f"the {spec.value_format!r} format reads its schemas from a Schema Registry: give "
+            "PipelineSpec(registry=RegistryConnection(url=...)) or the Dagster SchemaRegistryResource"
+        )
+    source = SchemaSource(spec.registry)
+    changes: dict[str, Any] = {}
+    for what, fmt, schema, subject in (
+        ("value", spec.value_format, spec.value_schema, spec.value_subject),
+        ("key", spec.key_format, spec.key_schema, spec.key_subject),
+    ):
+        if fmt in REGISTRY_VALUE_FORMATS and schema is None:
+            changes[f"{what}_reader"] = _latest_reader(source, fmt, subject, topics, what)
+    return dataclasses.replace(spec, **changes)
+
+
+def _latest_reader(
+    source: SchemaSource, fmt: str, subject: str | None, topics: Collection[str], what: str
+) -> ReaderSchema:
+    subjects = [subject] if subject else sorted(f"{t}-{what}" for t in topics)
+    if not subjects:
+        raise ValueError(f"no topic to derive the {what} subject from: give {what}_subject")
+    found = {}
+    for name in subjects:
+        try:
+            found[name] = source.latest(name)
+        except RegistryError as exc:
+            if type(exc) is RegistryError:
+                raise ValueError(f"{exc}; register a schema or give {what}_schema / {what}_subject") from None
+            raise
+    texts = {s.text for s in found.values()}
+    if len(texts) > 1:
+        raise ValueError(
+            f"the subjects {sorted(found)} hold different {what} schemas; one batch decodes into one reader schema: "
+            f"give {what}_subject or {what}_schema"
+        )
+    name, latest = next(iter(found.items()))
+    origin = f"subject {name} (latest: schema id {latest.schema_id})"
+    try:
+        if fmt == "avro":
+            from cohort.pipelines.avro_schema import parse_avro, value_columns
+
+            return ReaderSchema(fmt, value_columns(parse_avro(latest.text)), latest.text, origin)
+        if fmt == "json-schema":
+            from cohort.pipelines.json_schema_values import json_schema_columns
+
+            return ReaderSchema(fmt, json_schema_columns(latest.text), None, origin)
+        from cohort.pipelines.protobuf_values import message_columns, message_pool
+
+        serialized = source.by_id(latest.schema_id, serialized=True)
+        assert serialized is not None
+        message = message_pool(serialized, source).message((0,))
+        return ReaderSchema(fmt, message_columns(message), None, f"{origin}, message {message.full_name}")
+    except ValueError as exc:
+        raise ValueError(f"the {what} reader schema from {origin} cannot become columns: {exc}") from None

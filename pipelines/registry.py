@@ -1,0 +1,155 @@
+"""The Schema Registry as the reading tasks and the driver see it: where it is, and the schemas it holds.
+
+`RegistryConnection` is plain configuration (pickled into the reading tasks; the password is hidden from its
+`repr`). `SchemaSource` wraps confluent-kafka's `SchemaRegistryClient` (its retries, its per-id cache) for one
+task or one driver-side batch: a schema id the registry does not know is an answer (`None`: those records go
+to the quarantine), a registry that stays unreachable after the client's retries is not (RegistryUnavailable:
+the reading task fails, so the batch fails before anything is committed).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "RegistryConnection",
+    "RegistryError",
+    "RegistrySchema",
+    "RegistryUnavailableError",
+    "SchemaSource",
+]
+
+_NOT_FOUND = (40401, 40402, 40403)
+_INSTALL = "pip install 'cohort[registry]'"
+
+
+class RegistryError(RuntimeError):
+    """The registry refused a request that cannot succeed by retrying (credentials, a missing subject)."""
+
+
+class RegistryUnavailableError(RegistryError):
+    """The registry could not be reached (or kept failing) after the client's retries."""
+
+
+@dataclass(frozen=True)
+class RegistryConnection:
+    """Where the Schema Registry is and how to authenticate (HTTP basic auth; give the password from the
+    environment, e.g. Dagster's `EnvVar`)."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+    max_retries: int = 3
+    retry_wait_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.url or ""):
+            raise ValueError(f"the Schema Registry URL must be http(s)://host[:port][/path], got {self.url!r}")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("give both a Schema Registry username and password, or neither")
+        if self.timeout_s <= 0 or self.max_retries < 0 or self.retry_wait_ms < 0:
+            raise ValueError("Schema Registry timeout must be > 0, retries and their wait >= 0")
+
+    def client_config(self) -> dict[str, Any]:
+        """confluent-kafka's SchemaRegistryClient configuration (secrets included: never log it)."""
+        config: dict[str, Any] = {
+            "url": self.url,
+            "timeout": self.timeout_s,
+            "max.retries": self.max_retries,
+            "retries.wait.ms": self.retry_wait_ms,
+            "retries.max.wait.ms": max(self.retry_wait_ms * 4, 1),
+        }
+        if self.username is not None:
+            config["basic.auth.user.info"] = f"{self.username}:{self.password}"
+        return config
+
+
+@dataclass(frozen=True)
+class RegistrySchema:
+    """One registered schema: its id, type (AVRO, PROTOBUF, JSON), text and references (subject, version)."""
+
+    schema_id: int
+    schema_type: str
+    text: str
+    references: tuple[tuple[str, str, int], ...] = ()
+    """(name, subject, version) per reference, as the registry lists them."""
+
+
+class SchemaSource:
+    """Schemas by id or subject from one registry, cached for this object's life (one task, one batch)."""
+
+    def __init__(self, connection: RegistryConnection) -> None:
+        self.connection = connection
+        self._client: Any = None
+        self._by_id: dict[int, RegistrySchema | None] = {}
+
+    def _registry(self) -> Any:
+        if self._client is None:
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as exc:  # the registry extra is not installed where this task runs
+                raise RegistryError(f"the Schema Registry client is missing ({exc}): {_INSTALL}") from None
+            self._client = SchemaRegistryClient(self.connection.client_config())
+        return self._client
+
+    def by_id(self, schema_id: int, *, serialized: bool = False) -> RegistrySchema | None:
+        """The schema registered under `schema_id`, None when the registry has no such id."""
+        if schema_id not in self._by_id:
+            fmt = "serialized" if serialized else None
+            found = self._call(lambda: self._registry().get_schema(schema_id, fmt=fmt), f"schema id {schema_id}")
+            self._by_id[schema_id] = None if found is None else _registered(schema_id, found)
+        return self._by_id[schema_id]
+
+    def latest(self, subject: str) -> RegistrySchema:
+        """The latest version registered under `subject`; RegistryError when the subject does not exist."""
+        found = self._call(lambda: self._registry().get_latest_version(subject), f"subject {subject!r}")
+        if found is None:
+            raise RegistryError(f"subject {subject!r} is not in the Schema Registry at {self.connection.url}")
+        return _registered(found.schema_id, found.schema)
+
+    def version(self, subject: str, version: int) -> RegistrySchema:
+        """One version of a subject (the references of Protobuf schemas name them)."""
+        found = self._call(
+            lambda: self._registry().get_version(subject, version, fmt="serialized"), f"{subject!r} v{version}"
+        )
+        if found is None:
+            raise RegistryError(f"subject {subject!r} version {version} is not in the Schema Registry")
+        return _registered(found.schema_id, found.schema)
+
+    def _call(self, request: Any, what: str) -> Any:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return request()
+        except SchemaRegistryError as exc:
+            if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
+                return None
+            if exc.http_status_code in (401, 403):
+                raise RegistryError(
+                    f"the Schema Registry at {self.connection.url} refused the credentials (HTTP "
+                    f"{exc.http_status_code}) when reading {what}"
+                ) from None
+            raise RegistryUnavailableError(
+                f"the Schema Registry at {self.connection.url} failed reading {what}: {exc.error_message} (HTTP "
+                f"{exc.http_status_code}, after {self.connection.max_retries} retries)"
+            ) from None
+        except (OSError, RuntimeError) as exc:  # httpx's TransportError and friends subclass these
+            raise RegistryUnavailableError(
+                f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
+                f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
+            ) from None
+        except Exception as exc:
+            if type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise RegistryUnavailableError(
+                    f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
+                    f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
+                ) from None
+            raise
+
+
+def _registered(schema_id: int, schema: Any) -> RegistrySchema:
+    references = tuple((r.name, r.subject, int(r.version)) for r in (schema.references or ()))
+    return RegistrySchema(int(schema_id), str(schema.schema_type or "AVRO").upper(), schema.schema_str, references)

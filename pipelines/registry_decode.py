@@ -1,0 +1,200 @@
+"""Decoding Schema Registry formats (Avro, Protobuf, JSON Schema) in the reading tasks.
+
+`RegistryDecoder.decode` frames a batch of values (cohort.pipelines.framing), groups them by writer schema
+id, fetches each writer schema once per task (cohort.pipelines.registry), and decodes each group into the
+reader schema's columns: Avro column-wise with schema resolution (cohort.pipelines.avro_columns), Protobuf
+through a message class built from the registered descriptor (cohort.pipelines.protobuf_values), JSON
+Schema validated against the writer's schema, then decoded by the JSON decoder. A record that cannot be
+decoded gets a reason and goes to the quarantine; a registry that cannot be reached fails the task.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+
+from cohort.pipelines.decode import arrow_type
+from cohort.pipelines.framing import Frames, split_frames
+from cohort.pipelines.registry import RegistryConnection, RegistrySchema, SchemaSource
+
+__all__ = ["REGISTRY_FORMATS", "ReaderSchema", "RegistryDecoder"]
+
+REGISTRY_FORMATS: dict[str, str] = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
+"""Cohort's format name -> the registry's schema type."""
+
+
+@dataclass(frozen=True)
+class ReaderSchema:
+    """What records are decoded into: the Spark columns, and for Avro the reader schema's JSON text (derived
+    from the columns when the reader schema was given as a Spark StructType). `source` says where it came
+    from (a subject and version, or 'explicit') for the run's metadata."""
+
+    value_format: str
+    columns: Any  # pyspark StructType (kept untyped here: pickled into tasks as is)
+    avro: str | None = None
+    source: str = "explicit"
+
+
+@dataclass(frozen=True)
+class RegistryDecoder:
+    """Decodes framed values of one registry format into the reader schema's columns (pickled into tasks:
+    plain values only; the schema cache is rebuilt in each task)."""
+
+    reader: ReaderSchema
+    registry: RegistryConnection
+    naive_timestamps: str = "utc"
+    what: str = "value"
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def _source(self) -> SchemaSource:
+        if "source" not in self._cache:
+            self._cache["source"] = SchemaSource(self.registry)
+        source: SchemaSource = self._cache["source"]
+        return source
+
+    @property
+    def columns(self) -> Any:
+        """The decoded columns (a Spark StructType)."""
+        return self.reader.columns
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(list(self.arrow_struct))
+
+    @property
+    def arrow_struct(self) -> pa.StructType:
+        return pa.struct([pa.field(f.name, arrow_type(f.dataType, where=f.name)) for f in self.reader.columns])
+
+    def decode(self, values: pa.Array) -> tuple[list[pa.Array], list[str | None]]:
+        """(value columns, reason per record) for a batch of framed values."""
+        frames = split_frames(values, what=self.what, message_indexes=self.reader.value_format == "protobuf")
+        reasons: list[str | None] = [None] * len(values)
+        for row, reason in frames.reasons.items():
+            reasons[row] = reason
+        parts: list[tuple[np.ndarray, pa.Array]] = []
+        for schema_id in np.unique(frames.schema_ids[frames.schema_ids >= 0]).tolist():
+            rows = np.flatnonzero(frames.schema_ids == schema_id)
+            decoded, failed = self._decode_group(frames, rows, int(schema_id))
+            for local, reason in failed.items():
+                reasons[int(rows[local])] = reason
+            parts.append((rows, decoded))
+        struct = _scatter(parts, len(values), self.arrow_struct)
+        return cast(Any, struct).flatten(), reasons
+
+    def _decode_group(self, frames: Frames, rows: np.ndarray, schema_id: int) -> tuple[pa.Array, dict[int, str]]:
+        """One writer schema's records: (reader-typed struct, reasons by position in `rows`)."""
+        fmt = self.reader.value_format
+        writer = self._source.by_id(schema_id, serialized=fmt == "protobuf")
+        problem = None
+        if writer is None:
+            problem = f"schema id {schema_id} is not in the Schema Registry at {self.registry.url}"
+        elif writer.schema_type != REGISTRY_FORMATS[fmt]:
+            problem = f"schema id {schema_id} is a {writer.schema_type} schema, but this {self.what} format is {fmt}"
+        if problem is not None or writer is None:
+            return pa.nulls(rows.size, self.arrow_struct), dict.fromkeys(range(rows.size), str(problem))
+        try:
+            if fmt == "avro":
+                return self._avro(frames, rows, writer)
+            if fmt == "protobuf":
+                return self._protobuf(frames, rows, writer)
+            return self._json_schema(frames, rows, writer)
+        except _Unreadable as exc:
+            return pa.nulls(rows.size, self.arrow_struct), dict.fromkeys(range(rows.size), str(exc))
+
+    def _avro(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
+        from cohort.pipelines.avro_columns import AvroResolutionError, decode_avro
+        from cohort.pipelines.avro_schema import AvroRecord, AvroSchemaError, parse_avro
+
+        try:
+            writer_node = self._parsed(f"avro:{writer.schema_id}", lambda: parse_avro(writer.text))
+            reader_node = self._parsed("avro:reader", lambda: parse_avro(self.reader.avro or ""))
+        except AvroSchemaError as exc:
+            raise _Unreadable(f"writer schema id {writer.schema_id} cannot be read: {exc}") from None
+        try:
+            batch = decode_avro(
+                frames.data,
+                frames.starts[rows],
+                frames.ends[rows],
+                writer_node,
+                reader_node,
+                writer_text=writer.text,
+                schema_id=writer.schema_id,
+            )
+        except AvroResolutionError as exc:
+            raise _Unreadable(
+                f"writer schema id {writer.schema_id} cannot be read as the reader schema ({self.reader.source}): {exc}"
+            ) from None
+        values = batch.values
+        if not isinstance(reader_node, AvroRecord):  # a single `value` column
+            values = pa.StructArray.from_arrays([values], fields=list(self.arrow_struct))
+        return values.cast(self.arrow_struct), batch.reasons
+
+    def _protobuf(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
+        from cohort.pipelines.protobuf_values import ProtobufUnreadable, decode_messages, message_pool
+
+        try:
+            pool = self._parsed(f"protobuf:{writer.schema_id}", lambda: message_pool(writer, self._source))
+        except ProtobufUnreadable as exc:
+            raise _Unreadable(f"writer schema id {writer.schema_id} cannot be read: {exc}") from None
+        payloads = [bytes(frames.data[frames.starts[r] : frames.ends[r]]) for r in rows.tolist()]
+        indexes = [frames.indexes[r] for r in rows.tolist()]
+        return decode_messages(pool, payloads, indexes, self.reader.columns, self.arrow_struct)
+
+    def _json_schema(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
+        from cohort.pipelines.avro_columns import gather_payloads
+        from cohort.pipelines.decode import ValueDecoder
+        from cohort.pipelines.json_schema_values import validation_errors, validator_for
+
+        try:
+            validator = self._parsed(f"json:{writer.schema_id}", lambda: validator_for(writer.text))
+        except ValueError as exc:
+            raise _Unreadable(f"writer schema id {writer.schema_id} cannot be read: {exc}") from None
+        payloads = gather_payloads(frames.data, frames.starts[rows], frames.ends[rows])
+        reasons = validation_errors(validator, payloads, writer.schema_id)
+        decoder = ValueDecoder("json", self.reader.columns, self.naive_timestamps)
+        columns, decoded_reasons = decoder.decode(payloads)
+        for i, reason in enumerate(decoded_reasons):
+            if reason is not None:
+                reasons.setdefault(i, reason)
+        struct = pa.StructArray.from_arrays(columns, fields=list(self.arrow_struct))
+        return struct, reasons
+
+    def _parsed(self, key: str, build: Any) -> Any:
+        """A parsed schema, kept for this task (parse errors are kept too, and raised again)."""
+        if key not in self._cache:
+            try:
+                self._cache[key] = build()
+            except Exception as exc:
+                self._cache[key] = exc
+        found = self._cache[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+class _Unreadable(Exception):
+    """A writer schema none of whose records can be decoded; the argument is their reason."""
+
+
+def _scatter(parts: list[tuple[np.ndarray, pa.Array]], size: int, arrow: pa.DataType) -> pa.Array:
+    from cohort.pipelines.avro_columns import scatter
+
+    return scatter(parts, size, arrow)
+
+
+def reader_json(columns: Any) -> str:
+    """A Spark StructType as JSON (how reader columns travel in metadata)."""
+    return json.dumps(columns.jsonValue(), sort_keys=True)
