@@ -51,7 +51,7 @@ def resolve_readers(spec: PipelineSpec, topics: Collection[str]) -> PipelineSpec
     if spec.registry is None:
         raise ValueError(
             f"the {spec.value_format!r} format reads its schemas from a Schema Registry: give "
-            "PipelineSpec(registry=RegistryConnection(url=...)) or the Dagster SchemaRegistryResource"
+            "PipelineSpec(registry=RegistryConnection(url=...))"
         )
     source = SchemaSource(spec.registry)
     changes: dict[str, Any] = {}

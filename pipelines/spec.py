@@ -204,7 +204,7 @@ class PipelineSpec:
             if self.registry is None:
                 raise ValueError(
                     f"the {fmt!r} {what} format reads writer schemas from a Schema Registry: give "
-                    "PipelineSpec(registry=RegistryConnection(url=...)) or the Dagster SchemaRegistryResource"
+                    "PipelineSpec(registry=RegistryConnection(url=...))"
                 )
             return RegistryDecoder(self.reader(what), self.registry, self.naive_timestamps, what)
         columns = self.value_columns if what == "value" else self.key_columns
