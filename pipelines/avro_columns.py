@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from cohort.pipelines.avro_schema import (
     AvroArray,
     AvroEnum,
+    AvroField,
     AvroFixed,
     AvroMap,
     AvroNode,
@@ -45,7 +46,7 @@ from cohort.pipelines.avro_schema import (
     non_null_branch,
     spark_type,
 )
-from cohort.pipelines.decode import arrow_type
+from cohort.pipelines.decode import arrow_type, invalid_utf8
 
 __all__ = ["AvroBatch", "AvroResolutionError", "decode_avro", "gather_payloads", "scatter"]
 
@@ -128,22 +129,12 @@ class _Cursor:
         self.pos[rows] = start + length
         array = _gather(self.buf, start, length, pa.binary())
         if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
-            try:
-                return array.cast(pa.string())
-            except pa.ArrowInvalid:
-                valid = np.array([_utf8(v) for v in array.to_pylist()], dtype=bool)
-                self.fail(rows, ~valid, "Avro string is not valid UTF-8")
-                return pc.if_else(pa.array(valid), array, pa.scalar(b"", pa.binary())).cast(pa.string())
+            invalid = np.array(invalid_utf8(array), dtype=bool)
+            if invalid.any():
+                self.fail(rows, invalid, "Avro string is not valid UTF-8")
+                array = pc.if_else(pa.array(invalid), pa.scalar(b"", pa.binary()), array)
+            return array.cast(pa.string())
         return array
-
-
-def _utf8(value: bytes | None) -> bool:
-    try:
-        if value is not None:
-            value.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 def _gather(buf: np.ndarray, start: np.ndarray, length: np.ndarray, arrow: pa.DataType) -> pa.Array:
@@ -425,9 +416,8 @@ def _decimals(raw: list[bytes | None], scale: int, arrow: pa.DataType) -> pa.Arr
     return pa.array(values, arrow)
 
 
-def _constant(f: object, size: int) -> pa.Array:
+def _constant(f: AvroField, size: int) -> pa.Array:
     """A reader field's default, repeated (Avro JSON encoding: bytes defaults are code points 0-255)."""
-    assert hasattr(f, "default") and hasattr(f, "type")
     node: AvroNode = f.type
     default = f.default
     if isinstance(node, AvroUnion):

@@ -62,12 +62,16 @@ __all__ = [
     "KAFKA_COLUMN",
     "KAFKA_FIELDS",
     "NAIVE_TIMESTAMP_POLICIES",
+    "RAW_FORMATS",
     "RAW_VALUE_COLUMN",
     "REASON_COLUMN",
+    "REGISTRY_SCHEMA_TYPES",
+    "REGISTRY_VALUE_FORMATS",
     "RESERVED_COLUMNS",
     "ValueDecoder",
     "ValueFormat",
     "arrow_type",
+    "invalid_utf8",
     "kafka_column",
     "naive_timestamp_policy",
     "value_columns_schema",
@@ -76,8 +80,12 @@ __all__ = [
 ValueFormat = Literal["bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf"]
 VALUE_FORMATS: tuple[str, ...] = ("bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf")
 """`raw` is `bytes` by another name: the value as Kafka holds it, no decoding."""
-REGISTRY_VALUE_FORMATS: tuple[str, ...] = ("json-schema", "avro", "protobuf")
-"""Formats framed for the Schema Registry (a magic byte and a schema id before each payload)."""
+RAW_FORMATS: tuple[str, ...] = ("bytes", "raw")
+"""Formats that keep the bytes as they are."""
+REGISTRY_SCHEMA_TYPES: dict[str, str] = {"json-schema": "JSON", "avro": "AVRO", "protobuf": "PROTOBUF"}
+"""Formats framed for the Schema Registry (a magic byte and a schema id before each payload), and the
+registry's schema type of each."""
+REGISTRY_VALUE_FORMATS: tuple[str, ...] = tuple(REGISTRY_SCHEMA_TYPES)
 
 INTERNAL_PREFIX = "_cohort_"
 KAFKA_COLUMN = "kafka"
@@ -146,7 +154,7 @@ def value_columns_schema(value_format: str, value_schema: StructType | None, *, 
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"unknown {what} format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
-    if value_format in ("bytes", "raw", "utf8"):
+    if value_format in (*RAW_FORMATS, "utf8"):
         if value_schema is not None:
             raise ValueError(f"a {what} schema only applies to decoded formats, not {value_format!r}")
         return StructType([StructField("value", StringType() if value_format == "utf8" else BinaryType())])
@@ -184,7 +192,7 @@ def _json_decodable(data_type: DataType, where: str) -> None:
         _json_decodable(data_type.elementType, f"{where}[]")
 
 
-def _invalid_utf8(values: pa.Array) -> list[bool]:
+def invalid_utf8(values: pa.Array) -> list[bool]:
     """Per value: bytes that are not valid UTF-8 (null values are not)."""
     try:
         values.cast(pa.string())
@@ -522,9 +530,9 @@ class ValueDecoder:
         """(value columns, reason per record) for a batch of raw values."""
         n = len(values)
         reasons: list[str | None] = [None] * n
-        if self.value_format in ("bytes", "raw"):
+        if self.value_format in RAW_FORMATS:
             return [values.cast(pa.binary())], reasons
-        bad_text = _invalid_utf8(values)
+        bad_text = invalid_utf8(values)
         for i in range(n):
             if bad_text[i]:
                 reasons[i] = "value is not valid UTF-8"

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
-from cohort.pipelines.decode import REGISTRY_VALUE_FORMATS
-from cohort.pipelines.registry import RegistryError, SchemaSource
+from cohort.pipelines.registry import SchemaSource
 from cohort.pipelines.registry_decode import ReaderSchema
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ def resolve_readers(spec: PipelineSpec, topics: Collection[str]) -> PipelineSpec
 
     Raises ValueError naming the subject when it is missing, when the topics' subjects hold different
     schemas, or when the latest schema cannot become columns; RegistryUnavailableError when the registry
-    cannot be reached.
+    cannot be reached, RegistryError when it refuses the credentials.
     """
     if spec.resolved:
         return spec
@@ -55,12 +54,9 @@ def resolve_readers(spec: PipelineSpec, topics: Collection[str]) -> PipelineSpec
         )
     source = SchemaSource(spec.registry)
     changes: dict[str, Any] = {}
-    for what, fmt, schema, subject in (
-        ("value", spec.value_format, spec.value_schema, spec.value_subject),
-        ("key", spec.key_format, spec.key_schema, spec.key_subject),
-    ):
-        if fmt in REGISTRY_VALUE_FORMATS and schema is None:
-            changes[f"{what}_reader"] = _latest_reader(source, fmt, subject, topics, what)
+    for side in (spec.side("value"), spec.side("key")):
+        if side.needs_registry_schema:
+            changes[f"{side.what}_reader"] = _latest_reader(source, side.format, side.subject, topics, side.what)
     return dataclasses.replace(spec, **changes)
 
 
@@ -72,12 +68,13 @@ def _latest_reader(
         raise ValueError(f"no topic to derive the {what} subject from: give {what}_subject")
     found = {}
     for name in subjects:
-        try:
-            found[name] = source.latest(name)
-        except RegistryError as exc:
-            if type(exc) is RegistryError:
-                raise ValueError(f"{exc}; register a schema or give {what}_schema / {what}_subject") from None
-            raise
+        registered = source.latest(name)
+        if registered is None:
+            raise ValueError(
+                f"subject {name!r} is not in the Schema Registry at {source.connection.url}; register a schema or "
+                f"give {what}_schema / {what}_subject"
+            )
+        found[name] = registered
     texts = {s.text for s in found.values()}
     if len(texts) > 1:
         raise ValueError(

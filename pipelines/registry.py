@@ -9,7 +9,9 @@ the reading task fails, so the batch fails before anything is committed).
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,31 +101,32 @@ class SchemaSource:
         """The schema registered under `schema_id`, None when the registry has no such id."""
         if schema_id not in self._by_id:
             fmt = "serialized" if serialized else None
-            found = self._call(lambda: self._registry().get_schema(schema_id, fmt=fmt), f"schema id {schema_id}")
+            found = self._call(lambda client: client.get_schema(schema_id, fmt=fmt), f"schema id {schema_id}")
             self._by_id[schema_id] = None if found is None else _registered(schema_id, found)
         return self._by_id[schema_id]
 
-    def latest(self, subject: str) -> RegistrySchema:
-        """The latest version registered under `subject`; RegistryError when the subject does not exist."""
-        found = self._call(lambda: self._registry().get_latest_version(subject), f"subject {subject!r}")
-        if found is None:
-            raise RegistryError(f"subject {subject!r} is not in the Schema Registry at {self.connection.url}")
-        return _registered(found.schema_id, found.schema)
+    def latest(self, subject: str) -> RegistrySchema | None:
+        """The latest version registered under `subject`, None when the subject does not exist."""
+        found = self._call(lambda client: client.get_latest_version(subject), f"subject {subject!r}")
+        return None if found is None else _registered(found.schema_id, found.schema)
 
     def version(self, subject: str, version: int) -> RegistrySchema:
         """One version of a subject (the references of Protobuf schemas name them)."""
         found = self._call(
-            lambda: self._registry().get_version(subject, version, fmt="serialized"), f"{subject!r} v{version}"
+            lambda client: client.get_version(subject, version, fmt="serialized"), f"{subject!r} v{version}"
         )
         if found is None:
             raise RegistryError(f"subject {subject!r} version {version} is not in the Schema Registry")
         return _registered(found.schema_id, found.schema)
 
-    def _call(self, request: Any, what: str) -> Any:
+    def _call(self, request: Callable[[Any], Any], what: str) -> Any:
+        """`request(client)`; None for "not found", RegistryError for refused credentials, and
+        RegistryUnavailableError for a registry the client could not reach (or that kept failing)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+        client = self._registry()
         try:
-            return request()
+            return request(client)
         except SchemaRegistryError as exc:
             if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
                 return None
@@ -136,18 +139,22 @@ class SchemaSource:
                 f"the Schema Registry at {self.connection.url} failed reading {what}: {exc.error_message} (HTTP "
                 f"{exc.http_status_code}, after {self.connection.max_retries} retries)"
             ) from None
-        except (OSError, RuntimeError) as exc:  # httpx's TransportError and friends subclass these
+        except _transport_errors() as exc:
             raise RegistryUnavailableError(
                 f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
                 f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
             ) from None
-        except Exception as exc:
-            if type(exc).__module__.startswith(("httpx", "httpcore")):
-                raise RegistryUnavailableError(
-                    f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
-                    f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
-                ) from None
-            raise
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Network-level failures of the registry client: its HTTP library's TransportError (httpx2, or httpx
+    where that is what the client uses) and socket errors."""
+    for name in ("httpx2", "httpx"):
+        try:
+            return (importlib.import_module(name).TransportError, OSError)
+        except ImportError:
+            continue
+    return (OSError,)
 
 
 def _registered(schema_id: int, schema: Any) -> RegistrySchema:

@@ -10,21 +10,20 @@ decoded gets a reason and goes to the quarantine; a registry that cannot be reac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
-from cohort.pipelines.decode import arrow_type
+from cohort.pipelines.avro_columns import AvroResolutionError, decode_avro, gather_payloads, scatter
+from cohort.pipelines.avro_schema import AvroRecord, AvroSchemaError, parse_avro
+from cohort.pipelines.decode import REGISTRY_SCHEMA_TYPES, ValueDecoder, arrow_type
 from cohort.pipelines.framing import Frames, split_frames
 from cohort.pipelines.registry import RegistryConnection, RegistrySchema, SchemaSource
 
-__all__ = ["REGISTRY_FORMATS", "ReaderSchema", "RegistryDecoder"]
-
-REGISTRY_FORMATS: dict[str, str] = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
-"""Cohort's format name -> the registry's schema type."""
+__all__ = ["ReaderSchema", "RegistryDecoder"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class RegistryDecoder:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema(list(self.arrow_struct))
 
-    @property
+    @cached_property
     def arrow_struct(self) -> pa.StructType:
         return pa.struct([pa.field(f.name, arrow_type(f.dataType, where=f.name)) for f in self.reader.columns])
 
@@ -91,7 +90,7 @@ class RegistryDecoder:
             for local, reason in failed.items():
                 reasons[int(rows[local])] = reason
             parts.append((rows, decoded))
-        struct = _scatter(parts, len(values), self.arrow_struct)
+        struct = scatter(parts, len(values), self.arrow_struct)
         return cast(Any, struct).flatten(), reasons
 
     def _decode_group(self, frames: Frames, rows: np.ndarray, schema_id: int) -> tuple[pa.Array, dict[int, str]]:
@@ -101,7 +100,7 @@ class RegistryDecoder:
         problem = None
         if writer is None:
             problem = f"schema id {schema_id} is not in the Schema Registry at {self.registry.url}"
-        elif writer.schema_type != REGISTRY_FORMATS[fmt]:
+        elif writer.schema_type != REGISTRY_SCHEMA_TYPES[fmt]:
             problem = f"schema id {schema_id} is a {writer.schema_type} schema, but this {self.what} format is {fmt}"
         if problem is not None or writer is None:
             return pa.nulls(rows.size, self.arrow_struct), dict.fromkeys(range(rows.size), str(problem))
@@ -115,9 +114,6 @@ class RegistryDecoder:
             return pa.nulls(rows.size, self.arrow_struct), dict.fromkeys(range(rows.size), str(exc))
 
     def _avro(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
-        from cohort.pipelines.avro_columns import AvroResolutionError, decode_avro
-        from cohort.pipelines.avro_schema import AvroRecord, AvroSchemaError, parse_avro
-
         try:
             writer_node = self._parsed(f"avro:{writer.schema_id}", lambda: parse_avro(writer.text))
             reader_node = self._parsed("avro:reader", lambda: parse_avro(self.reader.avro or ""))
@@ -154,8 +150,6 @@ class RegistryDecoder:
         return decode_messages(pool, payloads, indexes, self.reader.columns, self.arrow_struct)
 
     def _json_schema(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
-        from cohort.pipelines.avro_columns import gather_payloads
-        from cohort.pipelines.decode import ValueDecoder
         from cohort.pipelines.json_schema_values import validation_errors, validator_for
 
         try:
@@ -187,14 +181,3 @@ class RegistryDecoder:
 
 class _Unreadable(Exception):
     """A writer schema none of whose records can be decoded; the argument is their reason."""
-
-
-def _scatter(parts: list[tuple[np.ndarray, pa.Array]], size: int, arrow: pa.DataType) -> pa.Array:
-    from cohort.pipelines.avro_columns import scatter
-
-    return scatter(parts, size, arrow)
-
-
-def reader_json(columns: Any) -> str:
-    """A Spark StructType as JSON (how reader columns travel in metadata)."""
-    return json.dumps(columns.jsonValue(), sort_keys=True)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 from cohort.common.validation import as_integer, is_number
 from cohort.pipelines.checked import RecordChecker
 from cohort.pipelines.decode import (
+    RAW_FORMATS,
     REGISTRY_VALUE_FORMATS,
     ValueDecoder,
     ValueFormat,
@@ -36,13 +37,29 @@ from cohort.pipelines.decode import (
     value_columns_schema,
 )
 from cohort.pipelines.plan import PlanLimits, ResetPolicy
+from cohort.pipelines.readers import explicit_reader
 from cohort.pipelines.registry import RegistryConnection
 from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
 from cohort.pipelines.validate import RowCheck, compile_model
 
-__all__ = ["PipelineSpec"]
+__all__ = ["PipelineSpec", "RecordSide"]
 
 Transform = Callable[[DataFrame], DataFrame]
+
+
+class RecordSide(NamedTuple):
+    """One side of a record (its value or its key): the format settings a spec holds for it."""
+
+    what: str
+    format: str
+    schema: StructType | str | None
+    subject: str | None
+    reader: ReaderSchema | None
+
+    @property
+    def needs_registry_schema(self) -> bool:
+        """A registry format whose reader schema is neither given nor resolved yet."""
+        return self.format in REGISTRY_VALUE_FORMATS and self.schema is None and self.reader is None
 
 
 @dataclass(frozen=True)
@@ -117,17 +134,11 @@ class PipelineSpec:
         if self.quarantine_path is not None and not self.quarantine_path.strip():
             raise ValueError("quarantine_path must be a non-empty path or None for the default")
         naive_timestamp_policy(self.naive_timestamps)
-        for what, fmt in (("value", self.value_format), ("key", self.key_format)):
-            if (
-                fmt in REGISTRY_VALUE_FORMATS
-                and self.registry is not None
-                and not isinstance(self.registry, RegistryConnection)
-            ):
-                raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
-            if fmt == "json" and what == "key" and self.key_schema is None:
-                raise ValueError("the 'json' key format needs a key_schema (a Spark StructType)")
+        if self.registry is not None and not isinstance(self.registry, RegistryConnection):
+            raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
         if self.resolved:
             self.value_columns  # noqa: B018 (validates the format and schema)
+            self.key_columns  # noqa: B018 (the same for keys)
             self.row_checks  # noqa: B018 (compiles the model against the decoded columns)
             if self.key_decoded and "key" in self.value_columns.names:
                 raise ValueError("a decoded key is the `key` column: rename the value field 'key'")
@@ -142,36 +153,30 @@ class PipelineSpec:
     @property
     def key_decoded(self) -> bool:
         """Whether keys are decoded into a `key` column (any key format but 'bytes' and 'raw')."""
-        return self.key_format not in ("bytes", "raw")
+        return self.key_format not in RAW_FORMATS
+
+    def side(self, what: str) -> RecordSide:
+        """The format settings of values (`what="value"`) or keys (`"key"`)."""
+        if what == "value":
+            return RecordSide(what, self.value_format, self.value_schema, self.value_subject, self.value_reader)
+        return RecordSide(what, self.key_format, self.key_schema, self.key_subject, self.key_reader)
 
     @property
     def resolved(self) -> bool:
         """Whether the reader schemas are known without asking the registry."""
-        return all(
-            fmt not in REGISTRY_VALUE_FORMATS or reader is not None or isinstance(schema, (StructType, str))
-            for fmt, schema, reader in (
-                (self.value_format, self.value_schema, self.value_reader),
-                (self.key_format, self.key_schema, self.key_reader),
-            )
-        )
+        return not any(self.side(what).needs_registry_schema for what in ("value", "key"))
 
     def reader(self, what: str = "value") -> ReaderSchema:
         """The reader schema of values (or keys) of a registry format; ValueError while it is still to be
         read from the registry (resolve_readers does that when a batch starts)."""
-        from cohort.pipelines.readers import explicit_reader
-
-        fmt, schema, reader = (
-            (self.value_format, self.value_schema, self.value_reader)
-            if what == "value"
-            else (self.key_format, self.key_schema, self.key_reader)
-        )
-        if reader is not None:
-            return reader
-        if schema is None:
+        side = self.side(what)
+        if side.reader is not None:
+            return side.reader
+        if side.schema is None:
             raise ValueError(
                 f"the {what} reader schema comes from the Schema Registry when a batch starts; it is not known yet"
             )
-        return explicit_reader(fmt, schema, what)
+        return explicit_reader(side.format, side.schema, what)
 
     @cached_property
     def value_columns(self) -> StructType:
@@ -199,7 +204,7 @@ class PipelineSpec:
         return () if self.model is None else compile_model(self.model, self.value_columns)
 
     def _decoder(self, what: str) -> ValueDecoder | RegistryDecoder:
-        fmt = self.value_format if what == "value" else self.key_format
+        fmt = self.side(what).format
         if fmt in REGISTRY_VALUE_FORMATS:
             if self.registry is None:
                 raise ValueError(

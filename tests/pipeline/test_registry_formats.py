@@ -23,7 +23,7 @@ from cohort.pipelines import PipelineSpec
 from cohort.pipelines.decode import REASON_COLUMN
 from cohort.pipelines.reader import RECORD_SCHEMA
 from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.registry import RegistryConnection, RegistryUnavailableError
+from cohort.pipelines.registry import RegistryConnection, RegistryError, RegistryUnavailableError
 from tests.support.schema_registry import SchemaRegistryServer
 
 TOPIC = "orders"
@@ -187,6 +187,15 @@ def test_keys_decode_into_a_key_column(registry):
     batch = raw_batch([value]).set_column(4, "key", pa.array([key], pa.binary()))
     rows = spec.checker.sink_rows(spec.checker.check(batch)).drop_columns(["kafka"]).to_pylist()
     assert rows == [{"key": "customer-9", "id": 1, "amount": 1.0, "note": "x"}]
+
+
+def test_refused_credentials_are_named_not_taken_for_an_outage_or_a_missing_subject():
+    with SchemaRegistryServer(username="cohort", password="right") as server:
+        wrong = RegistryConnection(server.url, username="cohort", password="wrong", max_retries=0)
+        spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=wrong)
+        with pytest.raises(RegistryError, match="refused the credentials") as refused:
+            resolve_readers(spec, [TOPIC])
+        assert not isinstance(refused.value, RegistryUnavailableError) and "wrong" not in str(refused.value)
 
 
 def test_a_missing_subject_is_named(registry):
