@@ -29,12 +29,13 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
 )
 
-from cohort.assets.group_batch import build_group_assets
+from cohort.assets.group_batch import REGISTRY_RESOURCE_KEY, build_group_assets, needs_registry_resource
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
 from cohort.assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, worker_run_config
 from cohort.assignment.clock import Clock
 from cohort.resources.kafka import KafkaResource
+from cohort.resources.schema_registry import SchemaRegistryResource
 from cohort.resources.spark import SparkResource
 
 __all__ = ["CohortDefinitions", "build_cohort_definitions", "build_worker_schedule", "cohort_assets"]
@@ -132,24 +133,34 @@ def build_cohort_definitions(
     *,
     kafka: KafkaResource,
     spark: SparkResource | None = None,
+    schema_registry: SchemaRegistryResource | None = None,
     translator: DagsterCohortTranslator | None = None,
     clock: Clock | None = None,
     runner: BatchRunner | None = None,
     sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
     schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.Definitions:
-    """Definitions for several groups sharing one Kafka and one Spark resource: the sensors start running
-    (`sensor_status`), the schedules stopped (`schedule_status`) unless told otherwise."""
+    """Definitions for several groups sharing one Kafka and one Spark resource (and the Schema Registry of
+    the groups reading Avro, Protobuf or JSON Schema): the sensors start running (`sensor_status`), the
+    schedules stopped (`schedule_status`) unless told otherwise."""
     translator = translator or DagsterCohortTranslator()
     names = [c.group for c in configs]
     if len(set(names)) != len(names):
         raise ValueError(f"each group may appear once, got {names}")
+    registry_groups = [c.group for c in configs if needs_registry_resource(c)]
+    if registry_groups and schema_registry is None:
+        raise ValueError(
+            f"group(s) {registry_groups} read a Schema Registry format: give "
+            "build_cohort_definitions(..., schema_registry=SchemaRegistryResource(url=...))"
+        )
     parts = [
         cohort_assets(c, translator=translator, runner=runner, clock=clock, schedule_status=schedule_status)
         for c in configs
     ]
     jobs = [p.worker_job for p in parts]
     resources: dict[str, Any] = {"kafka": kafka, "spark": spark or SparkResource()}
+    if schema_registry is not None:
+        resources[REGISTRY_RESOURCE_KEY] = schema_registry
     for part in parts:
         resources.update(part.resources)
     sensors = []

@@ -16,9 +16,10 @@ selected checks. Launched with only checks selected (from the asset page), it ru
 """
 
 import contextlib
+import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,13 @@ import dagster as dg
 
 from cohort.assets.checks import check_results
 from cohort.assets.replay import REPLAY_TAG, Replay
-from cohort.assets.translator import METADATA_PREFIX, CohortConfig, DagsterCohortTranslator
+from cohort.assets.translator import (
+    METADATA_PREFIX,
+    CohortConfig,
+    DagsterCohortTranslator,
+    landed_columns,
+    table_schema,
+)
 from cohort.assets.worker import (
     ALL_SLOTS,
     GROUP_TAG,
@@ -40,11 +47,30 @@ from cohort.assets.worker import (
     unreported_materializations,
 )
 from cohort.assignment.clock import Clock
+from cohort.pipelines.readers import resolve_readers
+from cohort.pipelines.registry import RegistryError
+from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
+from cohort.resources.schema_registry import SchemaRegistryResource
 from cohort.resources.spark import SparkResource
 
-__all__ = ["SlotFailure", "build_group_assets", "host_slots", "slot_config_type"]
+__all__ = [
+    "REGISTRY_RESOURCE_KEY",
+    "SlotFailure",
+    "build_group_assets",
+    "host_slots",
+    "needs_registry_resource",
+    "slot_config_type",
+]
+
+REGISTRY_RESOURCE_KEY = "schema_registry"
+"""The Definitions' key of the `SchemaRegistryResource` (groups reading a registry format take it from there)."""
+
+
+def needs_registry_resource(config: CohortConfig) -> bool:
+    """Whether the group's pipeline reads a registry format and names no registry itself."""
+    return config.pipeline is not None and config.pipeline.uses_registry and config.pipeline.registry is None
 
 
 def slot_config_type(config: CohortConfig) -> dg.Enum:
@@ -152,6 +178,7 @@ def build_group_assets(
     specs = [translator.get_asset_spec(config, t) for t in topics]
     specs += [translator.get_landed_asset_spec(config, t) for t in topics]
     group_key = config.resource_key
+    registry_keys = {REGISTRY_RESOURCE_KEY} if needs_registry_resource(config) else set()
 
     @dg.multi_asset(
         name=op_name(config),
@@ -159,7 +186,7 @@ def build_group_assets(
         check_specs=[spec for t in topics for spec in translator.get_check_specs(config, t)],
         can_subset=True,
         backfill_policy=dg.BackfillPolicy.single_run(),  # any partition selection: one run, one group batch
-        required_resource_keys={group_key, "kafka", "spark"},
+        required_resource_keys={group_key, "kafka", "spark", *registry_keys},
         config_schema={
             "slot": dg.Field(
                 slot_config_type(config),
@@ -187,7 +214,8 @@ def build_group_assets(
         slots = [slot] if slot else group.slots()
         if context.selected_asset_keys:
             replay = _replay(context, str(op.op_config["replay_from"]))
-            yield from _batch(context, config, translator, group, kafka, spark, slots, runner, replay)
+            registry = getattr(context.resources, REGISTRY_RESOURCE_KEY) if registry_keys else None
+            yield from _batch(context, config, translator, group, kafka, spark, slots, runner, replay, registry)
         if context.selected_asset_check_keys:
             for evaluation in check_results(
                 context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock
@@ -211,6 +239,30 @@ def _replay(context: dg.AssetExecutionContext, replay_from: str) -> Replay | Non
         raise dg.Failure(str(exc)) from None
 
 
+def _with_reader_schemas(
+    config: CohortConfig, registry: SchemaRegistryResource | None, topics: Collection[str]
+) -> CohortConfig:
+    """The group's config for this run: the registry resource's connection in its pipeline, and the reader
+    schemas read from the registry once, so every slot of the run decodes into the same columns."""
+    pipeline = config.pipeline
+    if pipeline is None or not pipeline.uses_registry:
+        return config
+    if pipeline.registry is None and registry is not None:
+        pipeline = dataclasses.replace(pipeline, registry=registry.connection())
+    if topics:  # no topic yet: no member reads anything
+        try:
+            pipeline = resolve_readers(pipeline, topics)
+        except (ValueError, RegistryError) as exc:
+            raise dg.Failure(f"group {config.group!r}: {exc}") from None
+    return dataclasses.replace(config, pipeline=pipeline)
+
+
+def _landed_schema(pipeline: PipelineSpec) -> dg.TableSchema | None:
+    """The sink's columns this run landed (its reader schemas resolved); None with a transform, whose output
+    columns are known only to Spark."""
+    return table_schema(landed_columns(pipeline)) if pipeline.transform is None else None
+
+
 def _batch(
     context: dg.AssetExecutionContext,
     config: CohortConfig,
@@ -220,7 +272,8 @@ def _batch(
     spark: SparkResource,
     slots: Sequence[int],
     runner: BatchRunner | None,
-    replay: Replay | None = None,
+    replay: Replay | None,
+    registry: SchemaRegistryResource | None,
 ) -> Iterator[Any]:
     op = context.op_execution_context
     tags = {GROUP_TAG: config.group, SLOT_TAG: ",".join(str(s) for s in slots)}
@@ -249,11 +302,14 @@ def _batch(
         op.run_id,
         rerun_of=run_tags.get(RERUN_TAG),
     )
+    config = _with_reader_schemas(config, registry, counts.keys())  # after the report of earlier commits
     outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner, replay)
-    sink_root = config.pipeline.sink_path if config.pipeline is not None else None
+    pipeline = config.pipeline
+    sink_root = pipeline.sink_path if pipeline is not None else None
+    columns = _landed_schema(pipeline) if pipeline is not None and pipeline.uses_registry else None
     try:
         for outcome in outcomes:
-            yield from materializations(outcome, translator, op.run_id, sink_root)
+            yield from materializations(outcome, translator, op.run_id, sink_root, columns)
     finally:  # the members leave once their batch is reported (killed before: their sessions expire)
         for outcome in outcomes:
             outcome.leave()

@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 
 from cohort.common.names import validate_topic_name
+from cohort.pipelines.checked import is_scalar_key
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
@@ -107,7 +108,8 @@ class RangeMetadata:
 
 
 def landed_columns(pipeline: PipelineSpec) -> list[tuple[str, str]]:
-    """(name, type) of the sink's columns without a transform: the Kafka coordinates, then the value columns."""
+    """(name, type) of the sink's columns without a transform: the Kafka coordinates, the decoded key, then the
+    value columns; a schema still to be read from the registry (when a batch starts) adds no columns."""
     columns = [
         ("kafka.topic", "string"),
         ("kafka.partition", "int"),
@@ -116,6 +118,13 @@ def landed_columns(pipeline: PipelineSpec) -> list[tuple[str, str]]:
         ("kafka.key", "binary"),
         ("kafka.headers", "array<struct<key:string,value:binary>>"),
     ]
+    if pipeline.key_decoded and not pipeline.side("key").needs_registry_schema:
+        key = pipeline.key_columns
+        assert key is not None
+        key_type = key.fields[0].dataType if is_scalar_key(key) else key
+        columns.append(("key", key_type.simpleString()))
+    if pipeline.side("value").needs_registry_schema:
+        return columns
     return columns + [(f.name, f.dataType.simpleString()) for f in pipeline.value_columns.fields]
 
 
@@ -280,6 +289,13 @@ class DagsterCohortTranslator:
             metadata[f"{METADATA_PREFIX}sink"] = root
             metadata["dagster/uri"] = root
             metadata["dagster/column_schema"] = table_schema(landed_columns(config.pipeline))
+            metadata[f"{METADATA_PREFIX}value_format"] = config.pipeline.value_format
+            if config.pipeline.side("value").needs_registry_schema:
+                subject = config.pipeline.value_subject or f"{topic}-value"
+                metadata[f"{METADATA_PREFIX}value_schema"] = (
+                    f"the latest version of subject {subject!r} in the Schema Registry, read when a batch starts "
+                    "(each materialization shows the columns it landed)"
+                )
             metadata[f"{METADATA_PREFIX}quarantine"] = f"{config.pipeline.quarantine_root}/topic={topic}"
         return dg.AssetSpec(
             key=self.get_landed_asset_key(config.group, topic),

@@ -352,11 +352,15 @@ def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -
 
 
 def materializations(
-    outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str, sink_root: str | None = None
+    outcome: WorkerOutcome,
+    translator: DagsterCohortTranslator,
+    run_id: str,
+    sink_root: str | None = None,
+    columns: dg.TableSchema | None = None,
 ) -> Iterator[dg.AssetMaterialization]:
     """Per consumed topic partition: the topic asset's materialization (the committed range) and the landed
-    asset's (its rows in the sink). A partition with nothing new (an empty range) is not reported: the
-    ledger records no range for it either."""
+    asset's (its rows in the sink, and the sink's `columns` when known). A partition with nothing new (an
+    empty range) is not reported: the ledger records no range for it either."""
     if outcome.result is None:
         return
     for part in outcome.result.partitions:
@@ -392,7 +396,9 @@ def materializations(
             description=f"{tp} [{part.from_offset}, {part.until_offset}) by {outcome.instance_id}",
             metadata=metadata.to_metadata(),
         )
-        yield landed_materialization(translator, outcome.group, tp, part.records, part.quarantined, run_id, sink_root)
+        yield landed_materialization(
+            translator, outcome.group, tp, part.records, part.quarantined, run_id, sink_root, columns
+        )
 
 
 def landed_materialization(
@@ -403,6 +409,7 @@ def landed_materialization(
     quarantined: int,
     run_id: str,
     sink_root: str | None,
+    columns: dg.TableSchema | None = None,
 ) -> dg.AssetMaterialization:
     """The landed asset's materialization for rows a range added to the sink (and to the quarantine)."""
     metadata: dict[str, Any] = {
@@ -410,6 +417,8 @@ def landed_materialization(
         f"{METADATA_PREFIX}quarantined": dg.MetadataValue.int(quarantined),
         f"{METADATA_PREFIX}run_id": dg.MetadataValue.dagster_run(run_id),
     }
+    if columns is not None:
+        metadata["dagster/column_schema"] = columns
     if sink_root is not None:
         metadata["dagster/uri"] = SinkLayout(sink_root).partition_dir(tp.topic, tp.partition)
     return dg.AssetMaterialization(

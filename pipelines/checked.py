@@ -37,7 +37,7 @@ from cohort.pipelines.decode import (
 from cohort.pipelines.reader import RECORD_SCHEMA
 from cohort.pipelines.validate import RowCheck, failure_reasons
 
-__all__ = ["KEY_COLUMN", "Decoder", "RecordChecker"]
+__all__ = ["KEY_COLUMN", "Decoder", "RecordChecker", "is_scalar_key"]
 
 KEY_COLUMN = "key"
 """The decoded key's column (when the key format decodes): a struct for record schemas, else the value."""
@@ -66,6 +66,11 @@ _KAFKA_SPARK_TYPES = {
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
+def is_scalar_key(columns: StructType) -> bool:
+    """Whether a decoded key is its one `value` column (a scalar key) rather than a struct of its columns."""
+    return len(columns.fields) == 1 and columns.fields[0].name == "value"
+
+
 @dataclass(frozen=True)
 class RecordChecker:
     """Decode + validate raw batches (pickled into the reading tasks: plain values only)."""
@@ -80,7 +85,7 @@ class RecordChecker:
         if self.key_decoder is None:
             return None
         columns, arrow = self.key_decoder.columns, self.key_decoder.arrow_schema
-        if len(columns.fields) == 1 and columns.fields[0].name == "value":
+        if is_scalar_key(columns):
             return StructField(KEY_COLUMN, columns.fields[0].dataType, True), pa.field(KEY_COLUMN, arrow.field(0).type)
         return StructField(KEY_COLUMN, columns, True), pa.field(KEY_COLUMN, pa.struct(list(arrow)))
 

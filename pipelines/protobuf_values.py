@@ -138,7 +138,9 @@ def _spark_type(field: Any, stack: tuple[str, ...]) -> Any:
 
 
 def _repeated(field: Any) -> bool:
-    return bool(getattr(field, "is_repeated", None) or field.label == 3)
+    """A repeated field: `is_repeated` since protobuf 5.28 (protobuf 7 dropped `label`), `label` before."""
+    repeated = getattr(field, "is_repeated", None)
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def _scalar_or_message(field: Any, stack: tuple[str, ...]) -> Any:

@@ -21,6 +21,7 @@ __all__ = [
     "RegistrySchema",
     "RegistryUnavailableError",
     "SchemaSource",
+    "check_registry_url",
 ]
 
 _NOT_FOUND = (40401, 40402, 40403)
@@ -33,6 +34,12 @@ class RegistryError(RuntimeError):
 
 class RegistryUnavailableError(RegistryError):
     """The registry could not be reached (or kept failing) after the client's retries."""
+
+
+def check_registry_url(url: str) -> None:
+    """ValueError unless `url` is http(s)://host[:port][/path]."""
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise ValueError(f"the Schema Registry URL must be http(s)://host[:port][/path], got {url!r}")
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,7 @@ class RegistryConnection:
     retry_wait_ms: int = 500
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.url or ""):
-            raise ValueError(f"the Schema Registry URL must be http(s)://host[:port][/path], got {self.url!r}")
+        check_registry_url(self.url)
         if (self.username is None) != (self.password is None):
             raise ValueError("give both a Schema Registry username and password, or neither")
         if self.timeout_s <= 0 or self.max_retries < 0 or self.retry_wait_ms < 0:

@@ -162,6 +162,11 @@ class PipelineSpec:
         return RecordSide(what, self.key_format, self.key_schema, self.key_subject, self.key_reader)
 
     @property
+    def uses_registry(self) -> bool:
+        """Whether values or keys are in a Schema Registry format."""
+        return any(self.side(what).format in REGISTRY_VALUE_FORMATS for what in ("value", "key"))
+
+    @property
     def resolved(self) -> bool:
         """Whether the reader schemas are known without asking the registry."""
         return not any(self.side(what).needs_registry_schema for what in ("value", "key"))
