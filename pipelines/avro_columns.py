@@ -50,8 +50,7 @@ from cohort.pipelines.decode import arrow_type, invalid_utf8
 
 __all__ = ["AvroBatch", "AvroResolutionError", "decode_avro", "gather_payloads", "scatter"]
 
-_WIDTH = np.arange(10, dtype=np.int64)
-_SHIFTS = (7 * np.arange(10, dtype=np.uint64)).astype(np.uint64)
+_VARINT_BYTES = 10
 _PAD = 16
 _INT32 = (-(2**31), 2**31 - 1)
 _MAX_ZERO_SIZE_ITEMS = 1 << 20
@@ -98,13 +97,20 @@ class _Cursor:
         if rows.size == 0:
             return np.zeros(0, np.int64)
         start = self.pos[rows]
-        window = self.buf[start[:, None] + _WIDTH]
-        stops = (window & 0x80) == 0
-        ended = stops.any(axis=1)
-        length = stops.argmax(axis=1) + 1
-        keep = _WIDTH[None, :] < length[:, None]
-        raw = np.bitwise_or.reduce(((window & 0x7F).astype(np.uint64) << _SHIFTS) * keep, axis=1)
+        byte = self.buf[start]
+        raw = (byte & 0x7F).astype(np.uint64)
+        length = np.ones(rows.size, np.int64)
+        going = np.flatnonzero(byte & 0x80)  # one byte more per pass, for the rows whose varint goes on
+        for k in range(1, _VARINT_BYTES):
+            if going.size == 0:
+                break
+            byte = self.buf[start[going] + k]
+            raw[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            length[going] += 1
+            going = going[(byte & 0x80) != 0]
         value = (raw >> np.uint64(1)).astype(np.int64) ^ -((raw & np.uint64(1)).astype(np.int64))
+        ended = np.ones(rows.size, bool)
+        ended[going] = False  # still going after 10 bytes: not a varint
         self.fail(rows, ~ended)
         self.advance(rows, start + length)
         return np.where(self.bad[rows], 0, value)

@@ -9,6 +9,7 @@ the reading task fails, so the batch fails before anything is committed).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -87,20 +88,23 @@ class RegistrySchema:
 
 
 class SchemaSource:
-    """Schemas by id or subject from one registry, cached for this object's life (one task, one batch)."""
+    """Schemas by id or subject from one registry, cached for this object's life (one task, one batch).
 
-    def __init__(self, connection: RegistryConnection) -> None:
+    `shared=True` (the reading tasks) uses one client per connection in the process, so the tasks a Spark
+    Python worker runs one after another share its connection pool and its cache of schemas by id (an id's
+    schema never changes); the driver's look-ups of a subject's latest version use a client of their own,
+    so each batch sees the registry's current latest version.
+    """
+
+    def __init__(self, connection: RegistryConnection, *, shared: bool = False) -> None:
         self.connection = connection
+        self._shared = shared
         self._client: Any = None
         self._by_id: dict[int, RegistrySchema | None] = {}
 
     def _registry(self) -> Any:
         if self._client is None:
-            try:
-                from confluent_kafka.schema_registry import SchemaRegistryClient
-            except ImportError as exc:  # the registry extra is not installed where this task runs
-                raise RegistryError(f"the Schema Registry client is missing ({exc}): {_INSTALL}") from None
-            self._client = SchemaRegistryClient(self.connection.client_config())
+            self._client = _shared_client(self.connection) if self._shared else _new_client(self.connection)
         return self._client
 
     def by_id(self, schema_id: int, *, serialized: bool = False) -> RegistrySchema | None:
@@ -150,6 +154,21 @@ class SchemaSource:
                 f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
                 f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
             ) from None
+
+
+def _new_client(connection: RegistryConnection) -> Any:
+    """A confluent-kafka SchemaRegistryClient (building one costs ~20 ms: its TLS context loads the CA bundle)."""
+    try:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+    except ImportError as exc:  # the registry extra is not installed where this task runs
+        raise RegistryError(f"the Schema Registry client is missing ({exc}): {_INSTALL}") from None
+    return SchemaRegistryClient(connection.client_config())
+
+
+@functools.lru_cache(maxsize=8)
+def _shared_client(connection: RegistryConnection) -> Any:
+    """One client per connection per process, for schemas by id (immutable, so caching them is always right)."""
+    return _new_client(connection)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

@@ -41,7 +41,7 @@ class ReaderSchema:
 @dataclass(frozen=True)
 class RegistryDecoder:
     """Decodes framed values of one registry format into the reader schema's columns (pickled into tasks:
-    plain values only; the schema cache is rebuilt in each task)."""
+    plain values only; the parsed schemas are rebuilt in each task, the registry client is the process's)."""
 
     reader: ReaderSchema
     registry: RegistryConnection
@@ -60,7 +60,7 @@ class RegistryDecoder:
     @property
     def _source(self) -> SchemaSource:
         if "source" not in self._cache:
-            self._cache["source"] = SchemaSource(self.registry)
+            self._cache["source"] = SchemaSource(self.registry, shared=True)
         source: SchemaSource = self._cache["source"]
         return source
 
