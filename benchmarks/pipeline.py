@@ -106,12 +106,12 @@ def _tree_cpu_s(pid: int) -> float:
 
 
 def raw_consume(
-    config: Mapping[str, Any], partitions: int, count: int, settings: Mapping[str, Any]
+    config: Mapping[str, Any], partitions: int, count: int, settings: Mapping[str, Any], topic: str = TOPIC
 ) -> tuple[float, float]:
-    """(seconds, CPU seconds) for one plain consumer to read `count` records, touching each value."""
-    consumer = Consumer({**config, "group.id": "bench-raw", "enable.auto.commit": False, **settings})
+    """(seconds, CPU seconds) for one plain consumer to read `count` records of `topic`, touching each value."""
+    consumer = Consumer({**config, "group.id": f"bench-raw-{topic}", "enable.auto.commit": False, **settings})
     started, cpu = time.perf_counter(), time.process_time()
-    consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
     remaining, size = count, 0
     while remaining:
         messages = consumer.consume(min(10_000, remaining), 10.0)
@@ -120,7 +120,7 @@ def raw_consume(
         for message in messages:
             if message.error() is not None:
                 raise RuntimeError(f"raw consumer error: {message.error()}")
-            size += len(message.value())
+            size += len(message.value() or b"")
         remaining -= len(messages)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     consumer.close()

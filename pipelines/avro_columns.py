@@ -55,6 +55,9 @@ _PAD = 16
 _INT32 = (-(2**31), 2**31 - 1)
 _MAX_ZERO_SIZE_ITEMS = 1 << 20
 _NUMBERS = ("int", "long", "float", "double")
+_MILLIS = ("timestamp-millis", "local-timestamp-millis")
+_MAX_MILLIS = (2**63 - 1) // 1000  # the largest millisecond timestamp whose microseconds fit in 64 bits
+_EXACT = decimal.Context(prec=100)  # more digits than any Arrow decimal holds
 
 
 class AvroResolutionError(ValueError):
@@ -118,9 +121,8 @@ class _Cursor:
     def fixed(self, rows: np.ndarray, size: int) -> np.ndarray:
         """`size` bytes at each row's position, as an (n, size) uint8 array."""
         start = self.pos[rows]
-        block = (
-            self.buf[start[:, None] + np.arange(size, dtype=np.int64)] if size else np.zeros((rows.size, 0), np.uint8)
-        )
+        index = np.minimum(start[:, None] + np.arange(size, dtype=np.int64), self.buf.size - 1)  # past the end: bad
+        block = self.buf[index] if size else np.zeros((rows.size, 0), np.uint8)
         self.advance(rows, start + size)
         return np.where(self.bad[rows][:, None], 0, block).astype(np.uint8)
 
@@ -129,7 +131,7 @@ class _Cursor:
         string fails its record."""
         length = self.varint(rows)
         start = self.pos[rows]
-        too_long = (length < 0) | (start + length > self.end[rows])
+        too_long = (length < 0) | (length > self.end[rows] - start)  # not start + length: it can overflow
         self.fail(rows, too_long)
         length = np.where(self.bad[rows], 0, length)
         self.pos[rows] = start + length
@@ -172,12 +174,17 @@ def _nulls(size: int, arrow: pa.DataType) -> pa.Array:
     return pa.nulls(size, cast(Any, arrow))
 
 
+def _as(array: pa.Array, arrow: pa.DataType) -> pa.Array:
+    """`array` as `arrow` (no cast when it already is: pyarrow breaks lists of nulls cast to their own type)."""
+    return array if array.type == arrow else array.cast(arrow)
+
+
 def scatter(parts: list[tuple[np.ndarray, pa.Array]], size: int, arrow: pa.DataType) -> pa.Array:
     """One array of `size` rows from arrays that each hold the rows given with them (others null)."""
     present = [(where, array) for where, array in parts if where.size]
     if not present:
         return _nulls(size, arrow)
-    values = pa.concat_arrays([array.cast(arrow) for _, array in present])
+    values = pa.concat_arrays([_as(array, arrow) for _, array in present])
     index = np.full(size, -1, np.int64)
     index[np.concatenate([where for where, _ in present])] = np.arange(len(values), dtype=np.int64)
     return values.take(cast(Any, pa.array(index, mask=index < 0)))
@@ -191,6 +198,7 @@ class _Decoder:
 
     def read(self, w: AvroNode, r: AvroNode, rows: np.ndarray, path: str) -> pa.Array:
         arrow = arrow_of(r)
+        nullable = _takes_null(r)
         if isinstance(r, AvroUnion):
             single = non_null_branch(r)
             if single is None:
@@ -203,7 +211,9 @@ class _Decoder:
                 return self.read(w, single, rows, path)
             r = single
         if isinstance(w, AvroUnion):
-            return self.union(w, r, rows, path, arrow)
+            return self.union(w, r, rows, path, arrow, nullable)
+        if isinstance(w, AvroPrimitive) and w.kind == "null" and not nullable:
+            raise AvroResolutionError(f"`{path}`: null cannot be read as {_describe(r)}")
         if isinstance(w, AvroPrimitive):
             return self.primitive(w, r, rows, path, arrow)
         if isinstance(w, AvroEnum):
@@ -215,7 +225,7 @@ class _Decoder:
                 raise AvroResolutionError(f"`{path}`: fixed {w.name} cannot be read as {_describe(r)}")
             block = self.c.fixed(rows, w.size)
             if w.logical == "decimal" and pa.types.is_decimal(arrow):
-                return _decimals([bytes(b) for b in block], w.scale, arrow)
+                return self.decimals([bytes(b) for b in block], w.scale, rows, arrow)
             return _gather(
                 block.reshape(-1), np.arange(rows.size, dtype=np.int64) * w.size, np.full(rows.size, w.size), arrow
             )
@@ -228,7 +238,7 @@ class _Decoder:
                 raise AvroResolutionError(f"`{path}`: an array cannot be read as {_describe(r)}")
             items = cast(Any, arrow).value_type
             counts, values = self.blocks(
-                rows, lambda sub: self.read(w.items, r.items, sub, f"{path}[]").cast(items), w.items, items
+                rows, lambda sub: _as(self.read(w.items, r.items, sub, f"{path}[]"), items), _min_size(w.items), items
             )
             return pa.ListArray.from_arrays(cast(Any, _offsets(counts)), cast(Any, values))
         if isinstance(w, AvroMap):
@@ -239,10 +249,10 @@ class _Decoder:
 
             def entry(sub: np.ndarray) -> pa.Array:
                 key = self.c.blob(sub, pa.string())
-                value = self.read(w.values, r.values, sub, f"{path}{{}}").cast(item_type)
+                value = _as(self.read(w.values, r.values, sub, f"{path}{{}}"), item_type)
                 return pa.StructArray.from_arrays([key, value], fields=list(entry_type))
 
-            counts, entries = self.blocks(rows, entry, w.values, entry_type)
+            counts, entries = self.blocks(rows, entry, 1 + _min_size(w.values), entry_type)  # a key takes >= 1 byte
             found = cast(Any, entries)
             return pa.MapArray.from_arrays(cast(Any, _offsets(counts)), found.field("key"), found.field("value"))
         raise AvroResolutionError(f"`{path}`: unsupported Avro type {w!r}")
@@ -267,6 +277,9 @@ class _Decoder:
                 value = self.c.varint(rows)
                 if w.kind == "int":
                     self.c.fail(rows, (value < _INT32[0]) | (value > _INT32[1]), "Avro int out of the 32-bit range")
+                if w.logical in _MILLIS and pa.types.is_timestamp(arrow):
+                    self.c.fail(rows, np.abs(value) > _MAX_MILLIS, "Avro timestamp out of range")
+                    value = np.where(self.c.bad[rows], 0, value)
                 return _number(value, w, arrow)
             width = 4 if w.kind == "float" else 8
             block = self.c.fixed(rows, width)
@@ -275,8 +288,18 @@ class _Decoder:
         if reader_kind not in ("bytes", "string"):
             raise AvroResolutionError(f"`{path}`: {w.kind} cannot be read as {_describe(r)}")
         if w.logical == "decimal" and pa.types.is_decimal(arrow):
-            return _decimals(self.c.blob(rows, pa.binary()).to_pylist(), w.scale, arrow)
+            return self.decimals(self.c.blob(rows, pa.binary()).to_pylist(), w.scale, rows, arrow)
         return self.c.blob(rows, arrow)
+
+    def decimals(self, raw: list[bytes | None], scale: int, rows: np.ndarray, arrow: pa.DataType) -> pa.Array:
+        """Avro decimals as Arrow decimals; an unscaled value with more digits than the reader's precision
+        fails its record."""
+        unscaled = [None if b is None else int.from_bytes(b, "big", signed=True) for b in raw]
+        limit = 10 ** cast(Any, arrow).precision
+        too_big = np.array([u is not None and abs(u) >= limit for u in unscaled], dtype=bool)
+        self.c.fail(rows, too_big, f"Avro decimal does not fit {arrow}")
+        values = [None if u is None or bad else _decimal(u, scale) for u, bad in zip(unscaled, too_big, strict=True)]
+        return pa.array(values, arrow)
 
     def enum(self, w: AvroEnum, r: AvroNode, rows: np.ndarray, path: str) -> pa.Array:
         if not isinstance(r, AvroEnum) and not (isinstance(r, AvroPrimitive) and r.kind == "string"):
@@ -312,7 +335,7 @@ class _Decoder:
         arrays = []
         for k, f in enumerate(r.fields):
             if k in columns:
-                arrays.append(columns[k].cast(arrow_of(f.type)))
+                arrays.append(_as(columns[k], arrow_of(f.type)))
             elif f.has_default:
                 arrays.append(_constant(f, rows.size))
             else:
@@ -322,13 +345,17 @@ class _Decoder:
             pa.StructArray.from_arrays(arrays, fields=fields) if fields else pa.array([{}] * rows.size, pa.struct([]))
         )
 
-    def union(self, w: AvroUnion, r: AvroNode, rows: np.ndarray, path: str, arrow: pa.DataType) -> pa.Array:
+    def union(
+        self, w: AvroUnion, r: AvroNode, rows: np.ndarray, path: str, arrow: pa.DataType, nullable: bool
+    ) -> pa.Array:
         branch = self.c.varint(rows)
         self.c.fail(rows, (branch < 0) | (branch >= len(w.branches)), "Avro union index out of range")
         parts: list[tuple[np.ndarray, pa.Array]] = []
         for b, node in enumerate(w.branches):
             where = np.flatnonzero((branch == b) & ~self.c.bad[rows])
             if isinstance(node, AvroPrimitive) and node.kind == "null":
+                if not nullable:  # the specification refuses it; a null would break the column's promise
+                    self.c.fail(rows, branch == b, f"`{path}`: null cannot be read as {_describe(r)}")
                 continue
             try:
                 parts.append((where, self.read(node, r, rows[where], path)))
@@ -355,9 +382,11 @@ class _Decoder:
         return pa.StructArray.from_arrays(members, fields=names, mask=pa.array(null))
 
     def blocks(
-        self, rows: np.ndarray, item: Callable[[np.ndarray], pa.Array], item_type: AvroNode, arrow: pa.DataType
+        self, rows: np.ndarray, item: Callable[[np.ndarray], pa.Array], item_bytes: int, arrow: pa.DataType
     ) -> tuple[np.ndarray, pa.Array]:
-        """Avro array/map blocks: (item count per row, the items in row order, of Arrow type `arrow`)."""
+        """Avro array/map blocks: (item count per row, the items in row order, of Arrow type `arrow`).
+        `item_bytes`, the fewest bytes an item takes, bounds a block's count by the bytes left; items of no
+        bytes (nulls, empty records) are read a whole block at once."""
         counts = np.zeros(rows.size, np.int64)
         pieces: list[pa.Array] = []
         owners: list[np.ndarray] = []
@@ -367,14 +396,23 @@ class _Decoder:
             count = self.c.varint(rows[active])
             negative = count < 0
             if negative.any():
-                count = np.abs(count)
+                count = np.abs(count)  # -(2**63) stays negative: refused below
                 self.c.varint(rows[active[negative]])  # the block's size in bytes
+                self.c.fail(rows[active], count < 0, "Avro array or map block count out of range")
             room = self.c.end[rows[active]] - self.c.pos[rows[active]]
-            limit = room if _min_size(item_type) > 0 else np.full(active.size, _MAX_ZERO_SIZE_ITEMS)
+            limit = room if item_bytes > 0 else np.full(active.size, _MAX_ZERO_SIZE_ITEMS)
             self.c.fail(rows[active], count > limit, "Avro array or map block longer than the value")
             count = np.where(self.c.bad[rows[active]], 0, count)
             keep = count > 0
             active, remaining = active[keep], count[keep]
+            if active.size and item_bytes == 0:  # items of no bytes: all of a block in one read
+                sel = np.repeat(active, remaining)
+                first = np.repeat(np.cumsum(remaining) - remaining, remaining)
+                pieces.append(item(rows[sel]))
+                owners.append(sel)
+                seqs.append(np.repeat(counts[active], remaining) + np.arange(sel.size, dtype=np.int64) - first)
+                counts[active] += remaining
+                continue
             while remaining.size and remaining.max() > 0:
                 taking = remaining > 0
                 sel = active[taking]
@@ -382,7 +420,7 @@ class _Decoder:
                 owners.append(sel)
                 seqs.append(counts[sel].copy())
                 counts[sel] += 1
-                remaining = remaining - taking
+                remaining = np.where(self.c.bad[rows[active]], 0, remaining - taking)  # a failed row reads no more
         if not pieces:
             return counts, pa.array([], arrow)
         order = pa.array(np.lexsort((np.concatenate(seqs), np.concatenate(owners))))
@@ -409,29 +447,79 @@ def _min_size(node: AvroNode) -> int:
 def _number(value: np.ndarray, w: AvroPrimitive, arrow: pa.DataType) -> pa.Array:
     """Integers into the reader's type: a number, a date (days) or a UTC timestamp (micros)."""
     if pa.types.is_timestamp(arrow):
-        micros = value * 1000 if w.logical in ("timestamp-millis", "local-timestamp-millis") else value
+        micros = value * 1000 if w.logical in _MILLIS else value
         return pa.array(micros, pa.int64()).cast(arrow)
     if pa.types.is_date32(arrow):
         return pa.array(value.astype(np.int32), pa.int32()).cast(pa.date32())
     return pa.array(value, pa.int64()).cast(arrow, safe=False)
 
 
-def _decimals(raw: list[bytes | None], scale: int, arrow: pa.DataType) -> pa.Array:
-    """Avro decimals (big-endian two's-complement unscaled integers) as Arrow decimals."""
-    values = [None if b is None else decimal.Decimal(int.from_bytes(b, "big", signed=True)).scaleb(-scale) for b in raw]
-    return pa.array(values, arrow)
+def _decimal(unscaled: int, scale: int) -> decimal.Decimal:
+    """An unscaled integer as a Decimal, exactly (scaleb in the default context rounds to 28 digits)."""
+    return decimal.Decimal(unscaled).scaleb(-scale, _EXACT)
+
+
+def _takes_null(node: AvroNode) -> bool:
+    """Whether a reader type holds null: the null type, or a union with a null branch."""
+    if isinstance(node, AvroUnion):
+        return any(_takes_null(b) for b in node.branches)
+    return isinstance(node, AvroPrimitive) and node.kind == "null"
 
 
 def _constant(f: AvroField, size: int) -> pa.Array:
-    """A reader field's default, repeated (Avro JSON encoding: bytes defaults are code points 0-255)."""
-    node: AvroNode = f.type
-    default = f.default
+    """A reader field's default, repeated."""
+    return pa.array([_default_value(f.type, f.default, f.name)] * size, arrow_of(f.type))
+
+
+def _default_value(node: AvroNode, value: Any, path: str) -> Any:
+    """A default as given in an Avro schema (its JSON encoding: bytes are code points 0-255, a union's default
+    belongs to its first branch that takes it) as the Python value of the node's Arrow type."""
+    if value is None:
+        return None
     if isinstance(node, AvroUnion):
-        single = non_null_branch(node) or node.branches[0]
-        node = single if default is not None else node
-    if isinstance(node, (AvroFixed,)) or (isinstance(node, AvroPrimitive) and node.kind == "bytes"):
-        default = None if default is None else str(default).encode("latin-1")
-    return pa.array([default] * size, arrow_of(f.type))
+        single = non_null_branch(node)
+        if single is not None:
+            return _default_value(single, value, path)
+        members = [b for b in node.branches if not _takes_null(b)]
+        for k, branch in enumerate(members):
+            if _json_fits(branch, value):
+                chosen = {f"member{i}": None for i in range(len(members))}
+                chosen[f"member{k}"] = _default_value(branch, value, path)
+                return chosen
+        raise AvroResolutionError(f"`{path}`: the default {value!r} fits no branch of its union")
+    if isinstance(node, AvroRecord):
+        given = value if isinstance(value, dict) else {}
+        return {f.name: _default_value(f.type, given.get(f.name, f.default), f"{path}.{f.name}") for f in node.fields}
+    if isinstance(node, AvroArray):
+        return [_default_value(node.items, item, f"{path}[]") for item in value]
+    if isinstance(node, AvroMap):
+        return [(key, _default_value(node.values, item, f"{path}{{}}")) for key, item in value.items()]
+    if isinstance(node, AvroFixed) or (isinstance(node, AvroPrimitive) and node.kind == "bytes"):
+        raw = str(value).encode("latin-1")
+        return _decimal(int.from_bytes(raw, "big", signed=True), node.scale) if node.logical == "decimal" else raw
+    if isinstance(node, AvroPrimitive) and node.logical in _MILLIS:
+        return int(value) * 1000  # the column holds microseconds
+    return value
+
+
+def _json_fits(node: AvroNode, value: Any) -> bool:
+    """Whether a JSON default value can be of this (non-union) type."""
+    if isinstance(node, AvroPrimitive):
+        kinds: dict[str, tuple[type, ...]] = {
+            "boolean": (bool,),
+            "int": (int,),
+            "long": (int,),
+            "float": (int, float),
+            "double": (int, float),
+            "bytes": (str,),
+            "string": (str,),
+        }
+        return isinstance(value, kinds.get(node.kind, ())) and not (isinstance(value, bool) and node.kind != "boolean")
+    if isinstance(node, AvroEnum | AvroFixed):
+        return isinstance(value, str)
+    if isinstance(node, AvroArray):
+        return isinstance(value, list)
+    return isinstance(value, dict)
 
 
 def _describe(node: AvroNode) -> str:
