@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pandera.pyspark as pandera
 import pyarrow as pa
 import pyspark.sql.types as T
 import pytest
@@ -127,6 +128,40 @@ def test_an_explicit_reader_schema_needs_no_subject_and_unreadable_writers_are_q
     )
     rows, reasons = check(strict, records)
     assert rows == [] and "`$.currency` is not in the writer schema and has no default" in reasons[0]
+
+
+class PositiveOrder(pandera.DataFrameModel):
+    """Checks on the columns the registry's latest schema gives (V2): a positive id, a known currency."""
+
+    id: T.LongType() = pandera.Field(gt=0)  # type: ignore[valid-type]
+    currency: T.StringType() = pandera.Field(isin=["EUR", "USD"])  # type: ignore[valid-type]
+
+
+class NoteModel(pandera.DataFrameModel):
+    note: T.StringType() = pandera.Field(nullable=True)  # type: ignore[valid-type]
+
+
+def test_the_model_checks_the_columns_of_the_registry_reader_schema(registry):
+    old = serialize(registry, AvroSerializer, json.dumps(V1), [{"id": 1, "amount": 1.0, "note": "a"}])
+    new = serialize(
+        registry,
+        AvroSerializer,
+        json.dumps(V2),
+        [{"id": -5, "amount": 2.0, "currency": "USD"}, {"id": 6, "amount": 3.0, "currency": "GBP"}],
+    )
+    spec = PipelineSpec(
+        sink_path="/tmp/unused", value_format="avro", registry=connection(registry), model=PositiveOrder
+    )
+
+    rows, reasons = check(spec, [*old, *new])
+
+    assert rows == [{"id": 1, "amount": 1.0, "currency": "EUR"}]  # v1's default currency passes the model
+    assert reasons == [None, "id: greater_than(0)", "currency: isin(['EUR', 'USD'])"]
+
+    unknown = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry), model=NoteModel)
+    # the latest schema dropped `note`: the batch fails at its start
+    with pytest.raises(ValueError, match=r"NoteModel.note: no such column among the decoded values"):
+        resolve_readers(unknown, [TOPIC])
 
 
 def test_a_registry_outage_fails_the_batch_instead_of_quarantining(registry):
