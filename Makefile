@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cohort-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=20
 
 .PHONY: demo test bench ui lint format system-deps clean
 
