@@ -25,7 +25,7 @@ from __future__ import annotations
 import decimal
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -545,6 +545,7 @@ def decode_avro(
     *,
     writer_text: str,
     schema_id: int,
+    writer_named: Sequence[str] = (),
 ) -> AvroBatch:
     """Decode the payloads `data[starts[i]:ends[i]]` (all written with `writer`) into `reader`'s Arrow type.
 
@@ -560,7 +561,7 @@ def decode_avro(
     reasons: dict[int, str] = {}
     for row in np.flatnonzero(cursor.bad).tolist():
         payload = bytes(data[starts[row] : ends[row]])
-        reasons[row] = cursor.why.get(row) or _fastavro_reason(payload, writer_text, schema_id)
+        reasons[row] = cursor.why.get(row) or _fastavro_reason(payload, writer_text, schema_id, writer_named)
     if reasons:
         keep = np.ones(n, bool)
         keep[list(reasons)] = False
@@ -568,7 +569,7 @@ def decode_avro(
     return AvroBatch(values, reasons)
 
 
-def _fastavro_reason(payload: bytes, writer_text: str, schema_id: int) -> str:
+def _fastavro_reason(payload: bytes, writer_text: str, schema_id: int, named: Sequence[str] = ()) -> str:
     """Why a payload does not decode with its writer schema, in fastavro's words (the rare path)."""
     import json
 
@@ -576,7 +577,11 @@ def _fastavro_reason(payload: bytes, writer_text: str, schema_id: int) -> str:
 
     stream = io.BytesIO(payload)
     try:
-        fastavro.schemaless_reader(stream, fastavro.parse_schema(json.loads(writer_text)), None)
+        known: dict[str, Any] = {}
+        for text in named:
+            fastavro.parse_schema(json.loads(text), named_schemas=known)
+        schema = fastavro.parse_schema(json.loads(writer_text), named_schemas=known)
+        fastavro.schemaless_reader(stream, schema, None)
     except Exception as exc:  # fastavro raises many types for malformed input; only the message is kept
         message = re.sub(r" (from|in) <[^>]*>", "", str(exc))  # fastavro names the stream object
         return f"Avro value does not match its writer schema (id {schema_id}): {type(exc).__name__}: {message}"

@@ -11,7 +11,7 @@ dates, timestamps and decimals.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,15 +119,23 @@ class AvroUnion:
 AvroNode = AvroPrimitive | AvroEnum | AvroFixed | AvroRecord | AvroArray | AvroMap | AvroUnion
 
 
-def parse_avro(schema: str | Mapping[str, Any] | list[Any]) -> AvroNode:
-    """The tree of an Avro schema; AvroSchemaError naming the problem for a schema it cannot read."""
-    parsed: Any = schema
+def parse_avro(schema: str | Mapping[str, Any] | list[Any], named: Sequence[str] = ()) -> AvroNode:
+    """The tree of an Avro schema; AvroSchemaError naming the problem for a schema it cannot read. `named` are
+    the schemas it references (a registry's schema references), dependencies first: their named types are
+    known to the schema."""
+    parser = _Parser()
+    for text in named:
+        parser.node(_json(text), namespace="", stack=())
+    return parser.node(_json(schema), namespace="", stack=())
+
+
+def _json(schema: str | Mapping[str, Any] | list[Any]) -> Any:
     if isinstance(schema, str):
         try:
-            parsed = json.loads(schema)
+            return json.loads(schema)
         except json.JSONDecodeError:
-            parsed = schema.strip()  # a bare primitive name such as `string`
-    return _Parser().node(parsed, namespace="", stack=())
+            return schema.strip()  # a bare primitive name such as `string`
+    return schema
 
 
 class _Parser:

@@ -87,7 +87,8 @@ def _latest_reader(
         if fmt == "avro":
             from cohort.pipelines.avro_schema import parse_avro, value_columns
 
-            return ReaderSchema(fmt, value_columns(parse_avro(latest.text)), latest.text, origin)
+            named = tuple(s.text for s in source.referenced(latest))
+            return ReaderSchema(fmt, value_columns(parse_avro(latest.text, named)), latest.text, origin, named)
         if fmt == "json-schema":
             from cohort.pipelines.json_schema_values import json_schema_columns
 

@@ -129,6 +129,24 @@ class SchemaSource:
             raise RegistryError(f"subject {subject!r} version {version} is not in the Schema Registry")
         return _registered(found.schema_id, found.schema)
 
+    def referenced(self, schema: RegistrySchema) -> tuple[RegistrySchema, ...]:
+        """The schemas `schema` references, theirs included, dependencies first (each once). RegistryError
+        when a referenced version is missing, RegistryUnavailableError when the registry cannot be reached."""
+        found: dict[tuple[str, int], RegistrySchema] = {}
+
+        def visit(node: RegistrySchema, path: tuple[tuple[str, int], ...]) -> None:
+            for _name, subject, version in node.references:
+                key = (subject, version)
+                if key in path:
+                    raise RegistryError(f"schema references form a cycle through {subject!r} v{version}")
+                if key not in found:
+                    child = self.version(subject, version)
+                    visit(child, (*path, key))
+                    found[key] = child
+
+        visit(schema, ())
+        return tuple(found.values())
+
     def _call(self, request: Callable[[Any], Any], what: str) -> Any:
         """`request(client)`; None for "not found", RegistryError for refused credentials, and
         RegistryUnavailableError for a registry the client could not reach (or that kept failing)."""

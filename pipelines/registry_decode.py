@@ -21,7 +21,13 @@ from cohort.pipelines.avro_columns import AvroResolutionError, decode_avro, gath
 from cohort.pipelines.avro_schema import AvroRecord, AvroSchemaError, parse_avro
 from cohort.pipelines.decode import REGISTRY_SCHEMA_TYPES, ValueDecoder, arrow_type
 from cohort.pipelines.framing import Frames, split_frames
-from cohort.pipelines.registry import RegistryConnection, RegistrySchema, SchemaSource
+from cohort.pipelines.registry import (
+    RegistryConnection,
+    RegistryError,
+    RegistrySchema,
+    RegistryUnavailableError,
+    SchemaSource,
+)
 
 __all__ = ["ReaderSchema", "RegistryDecoder"]
 
@@ -36,6 +42,8 @@ class ReaderSchema:
     columns: Any  # pyspark StructType (kept untyped here: pickled into tasks as is)
     avro: str | None = None
     source: str = "explicit"
+    avro_named: tuple[str, ...] = ()
+    """The Avro schemas `avro` references (registry schema references), dependencies first."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +123,13 @@ class RegistryDecoder:
 
     def _avro(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
         try:
-            writer_node = self._parsed(f"avro:{writer.schema_id}", lambda: parse_avro(writer.text))
-            reader_node = self._parsed("avro:reader", lambda: parse_avro(self.reader.avro or ""))
-        except AvroSchemaError as exc:
+            named = self._parsed(f"avro-refs:{writer.schema_id}", lambda: self._named(writer))
+            writer_node = self._parsed(f"avro:{writer.schema_id}", lambda: parse_avro(writer.text, named))
+            reader = self.reader
+            reader_node = self._parsed("avro:reader", lambda: parse_avro(reader.avro or "", reader.avro_named))
+        except (AvroSchemaError, RegistryError) as exc:
+            if isinstance(exc, RegistryUnavailableError):
+                raise
             raise _Unreadable(f"writer schema id {writer.schema_id} cannot be read: {exc}") from None
         try:
             batch = decode_avro(
@@ -128,6 +140,7 @@ class RegistryDecoder:
                 reader_node,
                 writer_text=writer.text,
                 schema_id=writer.schema_id,
+                writer_named=named,
             )
         except AvroResolutionError as exc:
             raise _Unreadable(
@@ -137,6 +150,10 @@ class RegistryDecoder:
         if not isinstance(reader_node, AvroRecord):  # a single `value` column
             values = pa.StructArray.from_arrays([values], fields=list(self.arrow_struct))
         return values.cast(self.arrow_struct), batch.reasons
+
+    def _named(self, writer: RegistrySchema) -> tuple[str, ...]:
+        """The texts of the Avro schemas `writer` references, dependencies first."""
+        return tuple(s.text for s in self._source.referenced(writer))
 
     def _protobuf(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
         from cohort.pipelines.protobuf_values import ProtobufUnreadable, decode_messages, message_pool

@@ -237,3 +237,47 @@ def test_a_missing_subject_is_named(registry):
     spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry))
     with pytest.raises(ValueError, match="subject 'orders-value' is not in the Schema Registry"):
         resolve_readers(spec, [TOPIC])
+
+
+ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "namespace": "shop",
+    "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "string"], "default": None}],
+}
+CUSTOMER = {
+    "type": "record",
+    "name": "Customer",
+    "namespace": "shop",
+    "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "shop.Address"}],
+}
+ORDER_WITH_REFS = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "buyer", "type": "shop.Customer"}],
+}
+
+
+def test_avro_schema_references_are_resolved_for_writer_and_reader(registry):
+    registry.register("address", json.dumps(ADDRESS))
+    registry.register(
+        "customer", json.dumps(CUSTOMER), references=[{"name": "shop.Address", "subject": "address", "version": 1}]
+    )
+    registry.register(
+        f"{TOPIC}-value",
+        json.dumps(ORDER_WITH_REFS),
+        references=[{"name": "shop.Customer", "subject": "customer", "version": 1}],
+    )
+    client = SchemaRegistryClient(registry.client_config())
+    serializer = AvroSerializer(client, None, conf={"auto.register.schemas": False, "use.latest.version": True})
+    context = SerializationContext(TOPIC, MessageField.VALUE)
+    order = {"id": 3, "buyer": {"name": "Ada", "home": {"city": "Lyon", "zip": None}}}
+    value = serializer(order, context)
+    spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry))
+
+    rows, reasons = check(spec, [value, value[:-2]])
+
+    assert rows == [order]
+    assert reasons[0] is None and "does not match its writer schema" in reasons[1]
+    assert "UnknownType" not in reasons[1]  # fastavro's account of the bad record knows the referenced types too
