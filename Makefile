@@ -8,7 +8,7 @@ STAMP := $(VENV)/.cohort-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?= --durations=20
 
-.PHONY: demo test bench ui lint format system-deps clean
+.PHONY: demo test test-all bench ui lint format system-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,13 @@ system-deps:
 demo: $(STAMP)
 	$(PY) -m cohort.demo
 
+# `make test` is what CI runs: everything but the long scenarios marked `slow`; `make test-all` runs them too.
 test: $(STAMP) system-deps
+	$(PY) -m ruff check .
+	$(PY) tools/typecheck.py
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP) system-deps
 	$(PY) -m ruff check .
 	$(PY) tools/typecheck.py
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -122,7 +122,6 @@ def _definitions(project: Path, env: dict[str, str]) -> dict[str, list[str]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_guide_lands_its_topic(broker: Any, tmp_path: Path) -> None:
     blocks = guide_blocks()

@@ -3,7 +3,8 @@ producer writing throughout (librdkafka's default batching), a worker run SIGKIL
 for 25 s and one store transaction failing; then the audit (benchmarks/soak.py; the 30-minute run's figures
 are in benchmarks/RELIABILITY.md).
 
-The script runs as a subprocess, as a person runs it. Memory growth is printed but not asserted here: three
+Marked `slow`: `make test-all` runs it, `make test` (CI) does not. The script runs as a subprocess, as a person
+runs it. Memory growth is printed but not asserted here: three
 minutes say nothing about a leak (the full soak asserts it).
 """
 
