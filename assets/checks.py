@@ -1,4 +1,5 @@
-"""The asset checks of a topic asset: offset contiguity and agreement per partition, and lag with freshness.
+"""The asset checks: per partition, offset contiguity and agreement and lag with freshness (on the topic asset),
+and the sink against the ledger (on the landed asset).
 
 The checks are declared on the group's batch op (`cohort.assets.group_batch`), so they run after every
 batch in the same run, and alone when launched from the asset page. Contiguity fails on any ledger gap or
@@ -6,7 +7,8 @@ overlap, on a ledger range without a materialization, on a materialization the l
 for (offsets it never committed, or no offsets at all: reported by hand or by foreign code, named by its
 run), and when Kafka's committed offset differs from the ledger's. Lag fails for a partition more than
 `lag_threshold` records behind its end offset whose last commit is older than `freshness_s`: a group that
-keeps up passes while its producer writes; a stalled one fails.
+keeps up passes while its producer writes; a stalled one fails. The sink check makes `cohort audit`'s comparison
+of the sink's and the quarantine's range directories with the ledger (cohort.pipelines.sink_audit).
 """
 
 from collections.abc import Collection, Iterator
@@ -14,8 +16,12 @@ from collections.abc import Collection, Iterator
 import dagster as dg
 
 from cohort.assets.audit import PartitionAudit, gather_audits
-from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CohortConfig, DagsterCohortTranslator
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import Clock, SystemClock
+from cohort.assignment.coordinator import Coordinator
+from cohort.pipelines.arrow_sink import ArrowFs
+from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.sink_audit import REPAIR_HINTS, read_records
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
@@ -51,6 +57,9 @@ def check_results(
     coordinator = group.get_coordinator(clock)
     now = (clock or SystemClock()).now()
     for topic in config.asset_topics:
+        landed = translator.get_landed_asset_key(config.group, topic)
+        if any(c.asset_key == landed and c.name == CHECK_SINK for c in selected):
+            yield _sink_check(coordinator, config, topic, landed)
         key = translator.get_asset_key(config.group, topic)
         wanted = {c.name for c in selected if c.asset_key == key}
         if not wanted:
@@ -98,3 +107,30 @@ def check_results(
                     "cohort/per_partition": dg.MetadataValue.md(table),
                 },
             )
+
+
+def _sink_check(
+    coordinator: Coordinator, config: CohortConfig, topic: str, key: dg.AssetKey
+) -> dg.AssetCheckEvaluation:
+    """The sink and the quarantine of `topic` against the ledger, partition by partition: directory names only
+    (one listing per partition and output; `cohort audit` also counts their rows), as it runs after every batch."""
+    assert config.pipeline is not None  # the check is declared only with a pipeline
+    layouts = {"sink": SinkLayout(config.pipeline.sink_path), "quarantine": SinkLayout(config.pipeline.quarantine_root)}
+    fs = ArrowFs()
+    tps = [tp for tp in coordinator.ledger_partitions(config.group) if tp.topic == topic]
+    records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]
+    findings = [f for r in records for f in r.audit()]
+    lines = [
+        f"- {f.tp} {f.where}: {f.message}{f' ({REPAIR_HINTS[f.repair]})' if f.repair else ''}"
+        for f in findings[:_MAX_SHOWN]
+    ]
+    return dg.AssetCheckEvaluation(
+        check_name=CHECK_SINK,
+        asset_key=key,
+        passed=not findings,
+        metadata={
+            "cohort/partitions": dg.MetadataValue.int(len(tps)),
+            "cohort/problems": dg.MetadataValue.int(len(findings)),
+            "cohort/details": dg.MetadataValue.md("\n".join(lines) or "the sink holds what the ledger committed"),
+        },
+    )

@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 
 from cohort.common.names import validate_topic_name
+from cohort.pipelines.arrow_sink import arrow_filesystem
 from cohort.pipelines.checked import is_scalar_key
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
@@ -32,6 +33,7 @@ from cohort.resources.group import CohortGroupResource
 __all__ = [
     "CHECK_CONTIGUOUS",
     "CHECK_LAG",
+    "CHECK_SINK",
     "METADATA_PREFIX",
     "CohortConfig",
     "DagsterCohortTranslator",
@@ -44,6 +46,7 @@ __all__ = [
 METADATA_PREFIX = "cohort/"
 CHECK_CONTIGUOUS = "offsets_contiguous"
 CHECK_LAG = "lag_under_threshold"
+CHECK_SINK = "sink_matches_ledger"
 
 
 def safe_name(text: str) -> str:
@@ -315,9 +318,10 @@ class DagsterCohortTranslator:
         )
 
     def get_check_specs(self, config: CohortConfig, topic: str) -> list[dg.AssetCheckSpec]:
-        """Offset contiguity (ledger vs materializations vs Kafka's committed offsets) and lag."""
+        """Offset contiguity (ledger vs materializations vs Kafka's committed offsets) and lag on the topic
+        asset; on the landed asset, the sink against the ledger (when pyarrow can read the sink)."""
         key = self.get_asset_key(config.group, topic)
-        return [
+        specs = [
             dg.AssetCheckSpec(
                 CHECK_CONTIGUOUS,
                 asset=key,
@@ -335,3 +339,16 @@ class DagsterCohortTranslator:
                 ),
             ),
         ]
+        if config.pipeline is not None and arrow_filesystem(config.pipeline.sink_path) is not None:
+            specs.append(
+                dg.AssetCheckSpec(
+                    CHECK_SINK,
+                    asset=self.get_landed_asset_key(config.group, topic),
+                    description=(
+                        "Per partition, the sink's and the quarantine's range directories are what the ledger "
+                        "committed: none missing, none extra, no offset twice, row counts as committed (the "
+                        "comparison `cohort audit` makes; its --repair fixes what is safe to fix)."
+                    ),
+                )
+            )
+        return specs

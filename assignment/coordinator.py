@@ -301,6 +301,10 @@ class Coordinator:
         wanted = [TopicPartition(validate_topic_name(tp[0]), tp[1]) for tp in partitions]
         return self.store.committed(group, wanted)
 
+    def ledger_partitions(self, group: str) -> list[TopicPartition]:
+        """The partitions the group's ledger holds a committed offset for, sorted."""
+        return self.store.ledger_partitions(validate_group_name(group))
+
     def ledger_history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
         """Every entry of one partition's ledger in the order they were made (committed ranges and offset
         resets), with run id, member, generation, counts, time."""

@@ -73,6 +73,10 @@ class MemoryGroupStore:
         with self._lock:
             return sorted(self._groups)
 
+    def ledger_partitions(self, group: str) -> list[TopicPartition]:
+        with self._lock:
+            return sorted(tp for g, tp in self._heads if g == group)
+
     def committed(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """Next offset to read per partition (None if never committed)."""
         with self._lock:

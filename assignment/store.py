@@ -108,6 +108,8 @@ class GroupStore(Protocol):
 
     def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]: ...  # pragma: no cover
 
+    def ledger_partitions(self, group: str) -> list[TopicPartition]: ...  # pragma: no cover - protocol
+
     def last_ranges(
         self, group: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, LedgerEntry | None]: ...  # pragma: no cover - protocol
@@ -385,6 +387,12 @@ class SqlGroupStore:
         """Next offset to read per partition (None if never committed)."""
         with self._read() as conn:
             return self._heads(conn, group, partitions)
+
+    def ledger_partitions(self, group: str) -> list[TopicPartition]:
+        """The partitions with a committed offset in the group's ledger, sorted."""
+        query = sa.select(heads.c.topic, heads.c.partition).where(heads.c.group_name == group)
+        with self._read() as conn:
+            return sorted(TopicPartition(str(t), int(p)) for t, p in conn.execute(query))
 
     def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
         """Every entry of the partition's ledger (ranges and resets), in the order they were made."""

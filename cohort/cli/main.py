@@ -270,6 +270,43 @@ def reset_offsets(
 @main.command()
 @click.argument("group", callback=_group_name)
 @_STORE
+@click.option("--sink", "sink", required=True, help="The group's sink root (PipelineSpec.sink_path).")
+@click.option("--quarantine", default=None, help="The quarantine root (default: <sink>/_quarantine).")
+@click.option(
+    "--bootstrap-servers",
+    envvar="COHORT_BOOTSTRAP_SERVERS",
+    default=None,
+    help="Kafka bootstrap servers, to compare Kafka's committed offsets too (env COHORT_BOOTSTRAP_SERVERS).",
+)
+@click.option("--repair", is_flag=True, help="Apply the safe repairs (needs the group without members).")
+@_JSON
+def audit(
+    group: str,
+    store_url: str | None,
+    sink: str,
+    quarantine: str | None,
+    bootstrap_servers: str | None,
+    repair: bool,
+    as_json: bool,
+) -> None:
+    """Compare GROUP's ledger, Kafka's committed offsets and the sink per partition; exit 1 on any divergence.
+
+    Each divergence is named. --repair re-mirrors offsets to Kafka where it is behind the ledger and publishes a
+    committed range whose directory is missing from its run's staged output; it refuses the rest (output no
+    commit accounts for, Kafka ahead of the ledger, rows lost from the sink), which need an operator.
+    """
+    from cohort.cli.audit import audit_group
+
+    with _coordinator(store_url) as coordinator:
+        _require_group(coordinator, group)
+        clean = audit_group(coordinator, group, sink, quarantine, bootstrap_servers, repair=repair, as_json=as_json)
+    if not clean:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.argument("group", callback=_group_name)
+@_STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
     from cohort.assignment.errors import CoordinatorError, GroupIdNotFoundError

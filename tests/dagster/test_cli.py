@@ -1,4 +1,4 @@
-"""The operations CLI (`cohort groups/describe/delete/simulate/broker`) against a real store and the real
+"""The operations CLI (`cohort groups/describe/delete/simulate/audit/broker`) against a real store and the real
 broker, run as the user runs it: the `cohort` command in a subprocess."""
 
 from __future__ import annotations
@@ -156,7 +156,12 @@ def test_simulate_synthetic_and_live(sqlite_url):
 
 # ------------------------------------------------------------------------------ operator-facing errors
 
-READ_ONLY = [("groups",), ("describe", "orders"), ("simulate", "--group", "orders", "--join", "1")]
+READ_ONLY = [
+    ("groups",),
+    ("describe", "orders"),
+    ("simulate", "--group", "orders", "--join", "1"),
+    ("audit", "orders", "--sink", "lake"),
+]
 COMMANDS = [*READ_ONLY, ("delete", "orders")]
 BAD_STORES = [
     (

@@ -1,14 +1,17 @@
 """End-to-end worker runs in process: real broker, real Spark, real coordinator store, real Dagster instance."""
 
+import shutil
 import time
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
 from pyspark.sql import functions as F
 
-from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, DagsterCohortTranslator
+from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.assignment.clock import ManualClock
+from cohort.pipelines.sink import range_dir_name
 from tests.dagster.support import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
@@ -76,6 +79,15 @@ def test_worker_materializes_each_assigned_partition_with_offsets(
     }
     assert ranges == {"0": ("10", "11")}  # partitions with nothing new are not reported (the ledger has no range)
     assert spark.read.parquet(setup.sink).count() == 29
+
+    # the landed asset's check compares the sink with the ledger: a range directory gone is named
+    assert checks[CHECK_SINK].passed and checks[CHECK_SINK].asset_key == T.get_landed_asset_key(config.group, topic)
+    gone = Path(setup.sink) / f"topic={topic}" / "partition=0" / range_dir_name(topic, 0, 10, 11)
+    shutil.rmtree(gone)
+    failed = _checks(defs, config, instance)[CHECK_SINK]
+    assert not failed.passed
+    assert "committed range [10, 11)" in failed.metadata["cohort/details"].value
+    assert "`cohort audit --repair` publishes it if its run's staged output" in failed.metadata["cohort/details"].value
 
 
 def test_asset_checks_fail_on_a_forged_gap_and_on_lag(make_setup, topic_factory, produce_records, instance, spark):

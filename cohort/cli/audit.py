@@ -1,0 +1,195 @@
+"""`cohort audit`: per partition, the ledger, Kafka's committed offsets and the sink's own record, side by side.
+
+Gathering reads the coordinator's ledger, the sink's and the quarantine's range directories (through pyarrow:
+names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's committed offsets; the comparison
+is `cohort.pipelines.sink_audit`. `--repair` applies the safe repairs (re-mirror Kafka behind the ledger,
+publish a committed range from its run's staged output) and only while the group has no members, so no batch
+moves the ledger meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from cohort.assignment.coordinator import Coordinator
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
+from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.sink_audit import MIRROR, PUBLISH, REPAIR_HINTS, SinkFinding, read_records
+
+__all__ = ["PartitionAudit", "audit_group"]
+
+_KAFKA_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class PartitionAudit:
+    """One partition's three records and what disagrees among them."""
+
+    tp: TopicPartition
+    head: int | None
+    kafka_committed: int | None
+    sink_dirs: int
+    quarantine_dirs: int
+    findings: tuple[SinkFinding, ...]
+    repaired: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "ledger": self.head,
+            "kafka": self.kafka_committed,
+            "sink_dirs": self.sink_dirs,
+            "quarantine_dirs": self.quarantine_dirs,
+            "problems": [{"where": f.where, "problem": f.message, "repair": f.repair} for f in self.findings],
+            "repaired": list(self.repaired),
+        }
+
+
+def audit_group(
+    coordinator: Coordinator,
+    group: str,
+    sink: str,
+    quarantine: str | None,
+    bootstrap_servers: str | None,
+    *,
+    repair: bool,
+    as_json: bool,
+) -> bool:
+    """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left."""
+    layouts = {"sink": _layout(sink, "--sink"), "quarantine": _layout(quarantine or f"{sink.rstrip('/')}/_quarantine")}
+    kafka = _kafka(bootstrap_servers) if bootstrap_servers else None
+    if repair:
+        described = coordinator.describe_group(group)
+        if described.members:
+            raise click.ClickException(
+                f"group {group!r} has {len(described.members)} live member(s): --repair needs it without members "
+                "(stop its runs or wait for them to end); the audit itself runs at any time"
+            )
+    fs = ArrowFs()
+    try:
+        audits = [_audit(coordinator, group, tp, layouts, fs, kafka) for tp in coordinator.ledger_partitions(group)]
+        if repair:
+            audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
+    finally:
+        if kafka is not None:
+            kafka.close()
+    _print(group, audits, as_json, compared_kafka=kafka is not None)
+    return not any(a.findings for a in audits)
+
+
+def _layout(root: str, option: str = "--quarantine") -> SinkLayout:
+    if arrow_filesystem(root) is None:
+        message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
+        raise click.BadParameter(message, param_hint=f"'{option}'")
+    return SinkLayout(root)
+
+
+def _kafka(bootstrap_servers: str) -> Any:
+    from pydantic import ValidationError
+
+    from cohort.resources.kafka import KafkaResource
+
+    try:
+        return KafkaResource(
+            bootstrap_servers=bootstrap_servers, request_timeout_s=_KAFKA_TIMEOUT_S, extra_config={"log_level": "0"}
+        )
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
+
+
+def _audit(
+    coordinator: Coordinator,
+    group: str,
+    tp: TopicPartition,
+    layouts: dict[str, SinkLayout],
+    fs: ArrowFs,
+    kafka: Any,
+) -> PartitionAudit:
+    records = read_records(coordinator, group, tp, layouts, fs)
+    committed = _kafka_committed(kafka, group, tp) if kafka is not None else None
+    findings = records.audit(committed, compare_kafka=kafka is not None)
+    sink_dirs, quarantine_dirs = len(records.outputs["sink"]), len(records.outputs["quarantine"])
+    return PartitionAudit(tp, records.head, committed, sink_dirs, quarantine_dirs, tuple(findings))
+
+
+def _kafka_committed(kafka: Any, group: str, tp: TopicPartition) -> int | None:
+    from confluent_kafka import KafkaException
+
+    try:
+        kafka.partition_counts()  # one metadata request: fails fast when no broker answers
+        committed: int | None = kafka.committed_offsets(group, [tp])[tp]
+    except KafkaException as exc:
+        raise click.ClickException(f"{exc} (waited up to {_KAFKA_TIMEOUT_S:g} s per request)") from None
+    return committed
+
+
+def _repair(
+    coordinator: Coordinator,
+    group: str,
+    audit: PartitionAudit,
+    layouts: dict[str, SinkLayout],
+    fs: ArrowFs,
+    kafka: Any,
+) -> PartitionAudit:
+    """Apply the audit's safe repairs, then audit the partition again: what is left is reported."""
+    done: list[str] = []
+    tp = audit.tp
+    for finding in audit.findings:
+        if finding.repair == PUBLISH and finding.piece is not None:
+            piece, layout = finding.piece, layouts[finding.where]
+            rows = piece.commit.records if finding.where == "sink" else piece.commit.quarantined
+            run_id = piece.commit.run_id
+            if run_id is not None and layout.complete(fs, run_id, tp, piece.from_offset, piece.until_offset, rows):
+                done.append(f"published [{piece.from_offset}, {piece.until_offset}) in the {finding.where}")
+            else:
+                done.append(
+                    f"not repaired: no staged output of run {run_id} holds [{piece.from_offset}, "
+                    f"{piece.until_offset}) with {rows} rows; replay the offsets to rebuild it (docs/replay.md)"
+                )
+    if kafka is not None and any(f.repair == MIRROR for f in audit.findings) and audit.head is not None:
+        kafka.get_mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, audit.head, audit.head)], run_id=None)
+        done.append(f"mirrored offset {audit.head} to Kafka")
+    if not done:
+        return audit
+    again = _audit(coordinator, group, tp, layouts, fs, kafka)
+    return PartitionAudit(
+        tp, again.head, again.kafka_committed, again.sink_dirs, again.quarantine_dirs, again.findings, tuple(done)
+    )
+
+
+def _print(group: str, audits: list[PartitionAudit], as_json: bool, *, compared_kafka: bool) -> None:
+    if as_json:
+        ok = not any(a.findings for a in audits)
+        click.echo(json.dumps({"group": group, "ok": ok, "partitions": [a.as_dict() for a in audits]}))
+        return
+    from cohort.cli.tables import print_table
+
+    columns = ["TOPIC", "PARTITION", "LEDGER", "KAFKA", "SINK-DIRS", "QUARANTINE-DIRS", "STATUS"]
+    rows = [
+        [
+            a.tp.topic,
+            a.tp.partition,
+            a.head,
+            a.kafka_committed if compared_kafka else "(not read)",
+            a.sink_dirs,
+            a.quarantine_dirs,
+            "ok" if not a.findings else f"{len(a.findings)} problem(s)",
+        ]
+        for a in audits
+    ]
+    print_table(f"Audit of group {group}", columns, rows)
+    for audit in audits:
+        for line in audit.repaired:
+            click.echo(f"{audit.tp}: repaired: {line}")
+        for finding in audit.findings:
+            hint = f" ({REPAIR_HINTS[finding.repair]})" if finding.repair and not audit.repaired else ""
+            click.echo(f"{audit.tp} {finding.where}: {finding.message}{hint}")
+    if not audits:
+        click.echo(f"group {group!r} has committed nothing yet: nothing to audit")
