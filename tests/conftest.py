@@ -84,6 +84,15 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
+def registry() -> Iterator[Any]:
+    """A fresh Schema Registry HTTP server per test (tests.support.schema_registry), stopped afterwards."""
+    from tests.support.schema_registry import SchemaRegistryServer
+
+    with SchemaRegistryServer() as server:
+        yield server
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """The SQLAlchemy URL of a fresh SQLite file for this test."""
     return f"sqlite:///{tmp_path / 'cohort.db'}"

@@ -22,29 +22,18 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SchemaRegistryResource, SparkResource
 from cohort.resources.group import CohortGroupResource
 from tests.dagster.support import Setup
+from tests.support.order_schemas import ORDER_V1, ORDER_V2
 from tests.support.schema_registry import SchemaRegistryServer
 
 T = DagsterCohortTranslator()
 PASSWORD = "registry-secret-7f3a"
 PASSWORD_VAR = "COHORT_TEST_REGISTRY_PASSWORD"
-V1 = {
-    "type": "record",
-    "name": "Order",
-    "fields": [{"name": "id", "type": "int"}, {"name": "amount", "type": "float"}, {"name": "note", "type": "string"}],
-}
-V2 = {  # `note` removed, `amount` widened, `currency` added with a default
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": "double"},
-        {"name": "currency", "type": "string", "default": "EUR"},
-    ],
-}
+V1, V2 = ORDER_V1, ORDER_V2
 
 
 @pytest.fixture
 def registry() -> Iterator[SchemaRegistryServer]:
+    """A registry that wants basic auth (overrides the shared one of tests/conftest.py)."""
     with SchemaRegistryServer(username="cohort", password=PASSWORD) as server:
         yield server
 

@@ -198,7 +198,10 @@ def test_any_later_run_of_the_slot_reports_ranges_that_lost_runs_committed(
     }
     assert reported == {("0", "0", lost), ("1", "0", lost)}
     assert all(m.metadata["cohort/reported_by"].value == result.run_id for m in _of(result, key))
-    assert all(c.passed for c in _checks(defs, config, instance).values())
+    checks = _checks(defs, config, instance)
+    assert checks[CHECK_CONTIGUOUS].passed and checks[CHECK_LAG].passed
+    # run A's commit was made here by hand, with no output: the sink check names both ranges as missing
+    assert not checks[CHECK_SINK].passed and checks[CHECK_SINK].metadata["cohort/problems"].value == 2
     group.close()
 
 
@@ -227,6 +230,7 @@ def test_a_run_with_no_config_hosts_every_slot_and_they_split_the_partitions(
     assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()} == {
         CHECK_CONTIGUOUS: True,
         CHECK_LAG: True,
+        CHECK_SINK: True,
     }
     assert spark.read.parquet(setup.sink).count() == 40
 

@@ -6,7 +6,6 @@ processes, which confluent-kafka's in-process mock registry cannot serve)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pandera.pyspark as pandera
@@ -25,33 +24,11 @@ from cohort.pipelines.decode import REASON_COLUMN
 from cohort.pipelines.reader import RECORD_SCHEMA
 from cohort.pipelines.readers import resolve_readers
 from cohort.pipelines.registry import RegistryConnection, RegistryError, RegistryUnavailableError
+from tests.support.order_schemas import ORDER_V1, ORDER_V2
 from tests.support.schema_registry import SchemaRegistryServer
 
 TOPIC = "orders"
-V1 = {
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "int"},
-        {"name": "amount", "type": "float"},
-        {"name": "note", "type": "string"},
-    ],
-}
-V2 = {  # `note` removed, `amount` widened to double, `currency` added with a default
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": "double"},
-        {"name": "currency", "type": "string", "default": "EUR"},
-    ],
-}
-
-
-@pytest.fixture
-def registry() -> Iterator[SchemaRegistryServer]:
-    with SchemaRegistryServer() as server:
-        yield server
+V1, V2 = ORDER_V1, ORDER_V2  # v2: `note` removed, `amount` widened to double, `currency` added with a default
 
 
 def connection(server: SchemaRegistryServer) -> RegistryConnection:

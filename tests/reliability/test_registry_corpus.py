@@ -51,12 +51,6 @@ def coordinator(sqlite_url: str) -> Iterator[Coordinator]:
     made.close()
 
 
-@pytest.fixture
-def registry() -> Iterator[SchemaRegistryServer]:
-    with SchemaRegistryServer() as server:
-        yield server
-
-
 def _connection(server: SchemaRegistryServer) -> RegistryConnection:
     """Fast failures: a stopped registry refuses connections at once, one retry after 1 ms."""
     return RegistryConnection(server.url, max_retries=1, retry_wait_ms=1)

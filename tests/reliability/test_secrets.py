@@ -198,7 +198,7 @@ def test_sasl_password_from_env_var_appears_nowhere(
         )
         assert len(worked.get_asset_materialization_events()) == 4  # two partitions: topic and landed assets
         audited = working.resolve_job_def(checks_job).execute_in_process(instance=instance)
-        assert [e.passed for e in audited.get_asset_check_evaluations()] == [True, True]
+        assert [e.passed for e in audited.get_asset_check_evaluations()] == [True, True, True]  # offsets, lag, sink
         probe = _probe_job(plain, secret, markers).execute_in_process(
             run_config={"ops": {"report_connection": {"config": {"note": markers["config"]}}}}, instance=instance
         )

@@ -8,7 +8,6 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -62,13 +61,6 @@ JSON_SCHEMA = json.dumps(
         "required": ["id"],
     }
 )
-
-
-@pytest.fixture
-def registry() -> Iterator[SchemaRegistryServer]:
-    """A fresh registry per test, stopped afterwards."""
-    with SchemaRegistryServer() as server:
-        yield server
 
 
 def client_for(server: SchemaRegistryServer, **extra: Any) -> SchemaRegistryClient:
