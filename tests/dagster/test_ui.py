@@ -126,7 +126,8 @@ def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_confi
         page.click_selector(f'a[href$="{_path(LANDED_ASSET)}"]')
         page.wait_for_text("landed by group", timeout_s=60)
         text = page.wait_until(
-            lambda t: "Row count" in t and "Never materialized" not in t, "the landed asset's latest materialization"
+            lambda t: "Row count" in t and "Storage" in t and "Never materialized" not in t,
+            "the landed asset's latest materialization and its storage",
         )
         latest_landed = instance.get_latest_materialization_event(LANDED_ASSET)
         assert latest_landed is not None and latest_landed.asset_materialization is not None
