@@ -20,8 +20,7 @@ from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, Co
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.pipelines.arrow_sink import ArrowFs
-from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.sink_audit import REPAIR_HINTS, read_records
+from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
@@ -115,7 +114,7 @@ def _sink_check(
     """The sink and the quarantine of `topic` against the ledger, partition by partition: directory names only
     (one listing per partition and output; `cohort audit` also counts their rows), as it runs after every batch."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
-    layouts = {"sink": SinkLayout(config.pipeline.sink_path), "quarantine": SinkLayout(config.pipeline.quarantine_root)}
+    layouts = output_layouts(config.pipeline.sink_path, config.pipeline.quarantine_root)
     fs = ArrowFs()
     tps = [tp for tp in coordinator.ledger_partitions(config.group) if tp.topic == topic]
     records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]

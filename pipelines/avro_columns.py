@@ -44,6 +44,7 @@ from cohort.pipelines.avro_schema import (
     AvroRecord,
     AvroUnion,
     non_null_branch,
+    nullable,
     spark_type,
 )
 from cohort.pipelines.decode import arrow_type, invalid_utf8
@@ -198,7 +199,7 @@ class _Decoder:
 
     def read(self, w: AvroNode, r: AvroNode, rows: np.ndarray, path: str) -> pa.Array:
         arrow = arrow_of(r)
-        nullable = _takes_null(r)
+        takes_null = nullable(r)
         if isinstance(r, AvroUnion):
             single = non_null_branch(r)
             if single is None:
@@ -211,8 +212,8 @@ class _Decoder:
                 return self.read(w, single, rows, path)
             r = single
         if isinstance(w, AvroUnion):
-            return self.union(w, r, rows, path, arrow, nullable)
-        if isinstance(w, AvroPrimitive) and w.kind == "null" and not nullable:
+            return self.union(w, r, rows, path, arrow, takes_null)
+        if isinstance(w, AvroPrimitive) and w.kind == "null" and not takes_null:
             raise AvroResolutionError(f"`{path}`: null cannot be read as {_describe(r)}")
         if isinstance(w, AvroPrimitive):
             return self.primitive(w, r, rows, path, arrow)
@@ -346,7 +347,7 @@ class _Decoder:
         )
 
     def union(
-        self, w: AvroUnion, r: AvroNode, rows: np.ndarray, path: str, arrow: pa.DataType, nullable: bool
+        self, w: AvroUnion, r: AvroNode, rows: np.ndarray, path: str, arrow: pa.DataType, takes_null: bool
     ) -> pa.Array:
         branch = self.c.varint(rows)
         self.c.fail(rows, (branch < 0) | (branch >= len(w.branches)), "Avro union index out of range")
@@ -354,7 +355,7 @@ class _Decoder:
         for b, node in enumerate(w.branches):
             where = np.flatnonzero((branch == b) & ~self.c.bad[rows])
             if isinstance(node, AvroPrimitive) and node.kind == "null":
-                if not nullable:  # the specification refuses it; a null would break the column's promise
+                if not takes_null:  # the specification refuses it; a null would break the column's promise
                     self.c.fail(rows, branch == b, f"`{path}`: null cannot be read as {_describe(r)}")
                 continue
             try:
@@ -459,13 +460,6 @@ def _decimal(unscaled: int, scale: int) -> decimal.Decimal:
     return decimal.Decimal(unscaled).scaleb(-scale, _EXACT)
 
 
-def _takes_null(node: AvroNode) -> bool:
-    """Whether a reader type holds null: the null type, or a union with a null branch."""
-    if isinstance(node, AvroUnion):
-        return any(_takes_null(b) for b in node.branches)
-    return isinstance(node, AvroPrimitive) and node.kind == "null"
-
-
 def _constant(f: AvroField, size: int) -> pa.Array:
     """A reader field's default, repeated."""
     return pa.array([_default_value(f.type, f.default, f.name)] * size, arrow_of(f.type))
@@ -480,7 +474,7 @@ def _default_value(node: AvroNode, value: Any, path: str) -> Any:
         single = non_null_branch(node)
         if single is not None:
             return _default_value(single, value, path)
-        members = [b for b in node.branches if not _takes_null(b)]
+        members = [b for b in node.branches if not nullable(b)]
         for k, branch in enumerate(members):
             if _json_fits(branch, value):
                 chosen = {f"member{i}": None for i in range(len(members))}

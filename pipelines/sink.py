@@ -35,12 +35,26 @@ from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
 from cohort.pipelines.reader import validate_partition
 
-__all__ = ["HadoopFs", "SinkError", "SinkFs", "SinkLayout", "attempt_id", "parse_range_dir", "run_tag"]
+__all__ = [
+    "HadoopFs",
+    "SinkError",
+    "SinkFs",
+    "SinkLayout",
+    "attempt_id",
+    "default_quarantine_root",
+    "parse_range_dir",
+    "run_tag",
+]
 
 STAGING = "_staging"
 MARKER_PREFIX = "_cohort_attempt="
 RANGE_PREFIX = "_cohort_range="
 _RUN_TAG_LENGTH = 24
+
+
+def default_quarantine_root(sink_path: str) -> str:
+    """Where the quarantine goes when none is given: `<sink>/_quarantine`, which Spark's readers of the sink skip."""
+    return f"{sink_path.rstrip('/')}/_quarantine"
 
 
 def run_tag(run_id: str) -> str:

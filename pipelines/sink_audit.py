@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink import SinkFs, SinkLayout
+from cohort.pipelines.sink import SinkFs, SinkLayout, default_quarantine_root
 
 __all__ = [
     "MIRROR",
@@ -37,6 +37,7 @@ __all__ = [
     "SinkFinding",
     "audit_sink_partition",
     "effective_pieces",
+    "output_layouts",
     "read_records",
 ]
 
@@ -110,6 +111,12 @@ class PartitionRecords:
         return audit_sink_partition(
             self.tp, self.commits, self.head, self.outputs, kafka_committed, compare_kafka=compare_kafka
         )
+
+
+def output_layouts(sink_path: str, quarantine_path: str | None = None) -> dict[str, SinkLayout]:
+    """The layouts of the two outputs a batch writes, by the names findings use ("sink", "quarantine")."""
+    quarantine = SinkLayout(quarantine_path or default_quarantine_root(sink_path))
+    return {"sink": SinkLayout(sink_path), "quarantine": quarantine}
 
 
 def read_records(

@@ -40,6 +40,7 @@ from cohort.pipelines.plan import PlanLimits, ResetPolicy
 from cohort.pipelines.readers import explicit_reader
 from cohort.pipelines.registry import RegistryConnection
 from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
+from cohort.pipelines.sink import default_quarantine_root
 from cohort.pipelines.validate import RowCheck, compile_model
 
 __all__ = ["PipelineSpec", "RecordSide"]
@@ -229,7 +230,7 @@ class PipelineSpec:
 
     @property
     def quarantine_root(self) -> str:
-        return self.quarantine_path or f"{self.sink_path.rstrip('/')}/_quarantine"
+        return self.quarantine_path or default_quarantine_root(self.sink_path)
 
     def limits(self, target_tasks: int = 1) -> PlanLimits:
         """The planning limits of this spec for a cluster running `target_tasks` tasks at once."""

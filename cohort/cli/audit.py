@@ -10,16 +10,21 @@ moves the ledger meanwhile; the rest is named and left alone. Without `--repair`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cohort.assignment.coordinator import Coordinator
+from cohort.cli.kafka import kafka_errors, kafka_for
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.sink_audit import MIRROR, PUBLISH, REPAIR_HINTS, SinkFinding, read_records
+from cohort.pipelines.sink_audit import MIRROR, PUBLISH, REPAIR_HINTS, SinkFinding, output_layouts, read_records
+
+if TYPE_CHECKING:
+    from cohort.resources.kafka import KafkaResource
 
 __all__ = ["PartitionAudit", "audit_group"]
 
@@ -62,8 +67,12 @@ def audit_group(
     as_json: bool,
 ) -> bool:
     """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left."""
-    layouts = {"sink": _layout(sink, "--sink"), "quarantine": _layout(quarantine or f"{sink.rstrip('/')}/_quarantine")}
-    kafka = _kafka(bootstrap_servers) if bootstrap_servers else None
+    for root, option in ((sink, "--sink"), (quarantine, "--quarantine")):
+        if root is not None and arrow_filesystem(root) is None:
+            message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
+            raise click.BadParameter(message, param_hint=f"'{option}'")
+    layouts = output_layouts(sink, quarantine)
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S) if bootstrap_servers else None
     if repair:
         described = coordinator.describe_group(group)
         if described.members:
@@ -72,8 +81,10 @@ def audit_group(
                 "(stop its runs or wait for them to end); the audit itself runs at any time"
             )
     fs = ArrowFs()
+    tps = coordinator.ledger_partitions(group)
     try:
-        audits = [_audit(coordinator, group, tp, layouts, fs, kafka) for tp in coordinator.ledger_partitions(group)]
+        committed = _kafka_committed(kafka, group, tps)
+        audits = [_audit(coordinator, group, tp, layouts, fs, committed) for tp in tps]
         if repair:
             audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
     finally:
@@ -83,51 +94,31 @@ def audit_group(
     return not any(a.findings for a in audits)
 
 
-def _layout(root: str, option: str = "--quarantine") -> SinkLayout:
-    if arrow_filesystem(root) is None:
-        message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
-        raise click.BadParameter(message, param_hint=f"'{option}'")
-    return SinkLayout(root)
-
-
-def _kafka(bootstrap_servers: str) -> Any:
-    from pydantic import ValidationError
-
-    from cohort.resources.kafka import KafkaResource
-
-    try:
-        return KafkaResource(
-            bootstrap_servers=bootstrap_servers, request_timeout_s=_KAFKA_TIMEOUT_S, extra_config={"log_level": "0"}
-        )
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
-
-
 def _audit(
     coordinator: Coordinator,
     group: str,
     tp: TopicPartition,
     layouts: dict[str, SinkLayout],
     fs: ArrowFs,
-    kafka: Any,
+    committed: Mapping[TopicPartition, int | None] | None,
 ) -> PartitionAudit:
+    """One partition's audit; `committed`: Kafka's committed offsets (None: Kafka not compared)."""
     records = read_records(coordinator, group, tp, layouts, fs)
-    committed = _kafka_committed(kafka, group, tp) if kafka is not None else None
-    findings = records.audit(committed, compare_kafka=kafka is not None)
+    in_kafka = committed.get(tp) if committed is not None else None
+    findings = records.audit(in_kafka, compare_kafka=committed is not None)
     sink_dirs, quarantine_dirs = len(records.outputs["sink"]), len(records.outputs["quarantine"])
-    return PartitionAudit(tp, records.head, committed, sink_dirs, quarantine_dirs, tuple(findings))
+    return PartitionAudit(tp, records.head, in_kafka, sink_dirs, quarantine_dirs, tuple(findings))
 
 
-def _kafka_committed(kafka: Any, group: str, tp: TopicPartition) -> int | None:
-    from confluent_kafka import KafkaException
-
-    try:
+def _kafka_committed(
+    kafka: KafkaResource | None, group: str, tps: Sequence[TopicPartition]
+) -> Mapping[TopicPartition, int | None] | None:
+    """Kafka's committed offsets of `tps` in one request (None without Kafka)."""
+    if kafka is None:
+        return None
+    with kafka_errors(_KAFKA_TIMEOUT_S):
         kafka.partition_counts()  # one metadata request: fails fast when no broker answers
-        committed: int | None = kafka.committed_offsets(group, [tp])[tp]
-    except KafkaException as exc:
-        raise click.ClickException(f"{exc} (waited up to {_KAFKA_TIMEOUT_S:g} s per request)") from None
-    return committed
+        return kafka.committed_offsets(group, tps)
 
 
 def _repair(
@@ -136,7 +127,7 @@ def _repair(
     audit: PartitionAudit,
     layouts: dict[str, SinkLayout],
     fs: ArrowFs,
-    kafka: Any,
+    kafka: KafkaResource | None,
 ) -> PartitionAudit:
     """Apply the audit's safe repairs, then audit the partition again: what is left is reported."""
     done: list[str] = []
@@ -158,7 +149,7 @@ def _repair(
         done.append(f"mirrored offset {audit.head} to Kafka")
     if not done:
         return audit
-    again = _audit(coordinator, group, tp, layouts, fs, kafka)
+    again = _audit(coordinator, group, tp, layouts, fs, _kafka_committed(kafka, group, [tp]))
     return PartitionAudit(
         tp, again.head, again.kafka_committed, again.sink_dirs, again.quarantine_dirs, again.findings, tuple(done)
     )

@@ -132,25 +132,15 @@ def _require_group(coordinator: Coordinator, group: str) -> None:
 def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]]:
     """Kafka's end offsets from `bootstrap_servers`, or one short error within a few seconds when Kafka does
     not answer (librdkafka's own log lines are silenced)."""
-    from confluent_kafka import KafkaException
-    from pydantic import ValidationError
+    from cohort.cli.kafka import kafka_errors, kafka_for
 
-    from cohort.resources.kafka import KafkaResource
-
-    try:
-        kafka = KafkaResource(
-            bootstrap_servers=bootstrap_servers, request_timeout_s=_KAFKA_TIMEOUT_S, extra_config={"log_level": "0"}
-        )
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
 
     def ends(partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
         try:
-            kafka.partition_counts()  # one metadata request: fails fast when no broker answers
-            return kafka.end_offsets(partitions)
-        except KafkaException as exc:
-            raise click.ClickException(f"{exc} (waited up to {_KAFKA_TIMEOUT_S:g} s per request)") from None
+            with kafka_errors(_KAFKA_TIMEOUT_S):
+                kafka.partition_counts()  # one metadata request: fails fast when no broker answers
+                return kafka.end_offsets(partitions)
         finally:
             kafka.close()
 

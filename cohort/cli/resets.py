@@ -130,24 +130,15 @@ def reset_group(
     now: datetime | None = None,
 ) -> list[PartitionReset]:
     """Plan the reset (and apply it with `execute`), print the plan, return it."""
-    from confluent_kafka import KafkaException
-    from pydantic import ValidationError
-
     from cohort.assignment.errors import CoordinatorError
+    from cohort.cli.kafka import kafka_errors, kafka_for
     from cohort.pipelines.kafka_client import offsets_for_times
     from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, MirrorError
-    from cohort.resources.kafka import KafkaResource
 
     target = options.target(now or datetime.now(UTC))
     selection = options.selection()
-    try:
-        kafka = KafkaResource(
-            bootstrap_servers=bootstrap_servers, request_timeout_s=_KAFKA_TIMEOUT_S, extra_config={"log_level": "0"}
-        )
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
-    try:
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
+    with kafka_errors(_KAFKA_TIMEOUT_S):
         if options.all_topics:
             counts = dict(coordinator.describe_group(group).partitions_per_topic)
             if not counts:
@@ -161,8 +152,6 @@ def reset_group(
         times = None
         if target.timestamp_ms is not None:
             times = offsets_for_times(kafka.client_config(), partitions, target.timestamp_ms)
-    except KafkaException as exc:
-        raise click.ClickException(f"{exc} (waited up to {_KAFKA_TIMEOUT_S:g} s per request)") from None
     current = coordinator.fetch_offsets(group, partitions)
     plans = plan_reset(target, current, marks, times)
     moves = {p.tp: p.new for p in plans if p.changes}
