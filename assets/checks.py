@@ -21,6 +21,8 @@ from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.pipelines.arrow_sink import ArrowFs
 from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records
+from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS, audit_table_partition
+from cohort.pipelines.table_batch import open_tables
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
@@ -114,14 +116,20 @@ def _sink_check(
     """The sink and the quarantine of `topic` against the ledger, partition by partition: directory names only
     (one listing per partition and output; `cohort audit` also counts their rows), as it runs after every batch."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
-    layouts = output_layouts(config.pipeline.sink_path, config.pipeline.quarantine_root)
+    spec = config.pipeline
     fs = ArrowFs()
     tps = [tp for tp in coordinator.ledger_partitions(config.group) if tp.topic == topic]
-    records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]
-    findings = [f for r in records for f in r.audit()]
+    if spec.table_format == "parquet":
+        layouts = output_layouts(spec.sink_path, spec.quarantine_root)
+        records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]
+        findings = [f for r in records for f in r.audit()]
+    else:  # the tables' files and marks (the table keeps row counts: they are compared too)
+        pair = open_tables(spec)
+        tables = (pair.sink, pair.quarantine)
+        findings = [f for tp in tps for f in audit_table_partition(coordinator, config.group, tp, tables, fs).findings]
+    hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
     lines = [
-        f"- {f.tp} {f.where}: {f.message}{f' ({REPAIR_HINTS[f.repair]})' if f.repair else ''}"
-        for f in findings[:_MAX_SHOWN]
+        f"- {f.tp} {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in findings[:_MAX_SHOWN]
     ]
     return dg.AssetCheckEvaluation(
         check_name=CHECK_SINK,

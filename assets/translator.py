@@ -288,9 +288,13 @@ class DagsterCohortTranslator:
         metadata: dict[str, Any] = {f"{METADATA_PREFIX}group": config.group, f"{METADATA_PREFIX}topic": topic}
         if config.pipeline is not None:
             layout = SinkLayout(config.pipeline.sink_path)
-            root = f"{layout.root}/topic={topic}"
+            table_format = config.pipeline.table_format
+            root = f"{layout.root}/topic={topic}" if table_format == "parquet" else layout.root
             metadata[f"{METADATA_PREFIX}sink"] = root
+            metadata[f"{METADATA_PREFIX}table_format"] = table_format
             metadata["dagster/uri"] = root
+            if table_format == "iceberg":
+                metadata["dagster/table_name"] = config.pipeline.iceberg_identifiers[0]
             metadata["dagster/column_schema"] = table_schema(landed_columns(config.pipeline))
             metadata[f"{METADATA_PREFIX}value_format"] = config.pipeline.value_format
             if config.pipeline.side("value").needs_registry_schema:

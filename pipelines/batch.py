@@ -105,9 +105,13 @@ def plan_for(
     return plan_batch(positions, spec.limits(target_tasks=max(1, spark.sparkContext.defaultParallelism)))
 
 
-_UNSORTED_WRITES = {"spark.sql.maxConcurrentOutputFileWriters": "4"}
+_UNSORTED_WRITES = {
+    "spark.sql.maxConcurrentOutputFileWriters": "4",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
 """Each write task holds one or two (topic, partition) directories: with a few concurrent writers per task
-Spark writes them as rows come instead of sorting every row by directory first."""
+Spark writes them as rows come instead of sorting every row by directory first. Timestamps as INT64
+microseconds, the type the tasks' own writer and the table formats use (not Spark's legacy INT96)."""
 
 
 def _write_staged(spark: Any, frame: Any, root: str, compression: str) -> None:
@@ -364,6 +368,13 @@ def run_batch(
         CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous); nothing
             was published and the staged output is deleted.
     """
+    if spec.table_format != "parquet":  # Delta Lake or Iceberg: the table commits (cohort.pipelines.table_batch)
+        from cohort.pipelines.table_batch import run_table_batch
+
+        return run_table_batch(
+            spark, spec, kafka_config, partitions, ledger,
+            group=group, mirror=mirror, run_id=run_id, new_partitions=new_partitions,
+        )  # fmt: skip
     if (mirror is None) != (group is None):
         raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
     run_id = run_id or uuid.uuid4().hex

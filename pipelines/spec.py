@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,7 +45,11 @@ from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
 from cohort.pipelines.sink import default_quarantine_root
 from cohort.pipelines.validate import RowCheck, compile_model
 
-__all__ = ["PipelineSpec", "RecordSide"]
+__all__ = ["TABLE_FORMATS", "PipelineSpec", "RecordSide"]
+
+TABLE_FORMATS = ("parquet", "delta", "iceberg")
+"""Where a batch lands its rows: range directories of Parquet files, a Delta Lake table or an Iceberg table."""
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Transform = Callable[[DataFrame], DataFrame]
 
@@ -68,9 +74,18 @@ class PipelineSpec:
     """Configuration of the Spark data path (see cohort.pipelines.batch.run_batch).
 
     Attributes:
-        sink_path: root of the Parquet output (local path or Hadoop-compatible URI).
+        sink_path: root of the Parquet output (local path or Hadoop-compatible URI), or the table's location
+            for a table format.
         quarantine_path: root of the quarantine output; default `<sink_path>/_quarantine`, which Spark's
             readers of the sink ignore.
+        table_format: 'parquet' (range directories, the default), 'delta' (a Delta Lake table through
+            delta-rs) or 'iceberg' (an Apache Iceberg table through pyiceberg's SQL catalog); the quarantine is
+            a table of the same format (docs/tables.md).
+        iceberg_catalog: the SQLAlchemy URL of the Iceberg SQL catalog (default: a SQLite file
+            `<sink_path>/_catalog.sqlite`; PostgreSQL for several hosts). It may hold a password: take it from
+            an environment variable; it is never shown.
+        iceberg_table: the Iceberg table identifier `namespace.table` (default `cohort.<last part of
+            sink_path>`); the quarantine's is `<identifier>_quarantine`.
         value_format: 'json' (into `value_schema`), the Schema Registry formats 'avro', 'protobuf' and
             'json-schema', 'utf8' (a string `value`), or 'bytes' / 'raw' (the value as it is).
         value_schema: the reader schema: a Spark StructType (required for 'json'); for 'avro' also an Avro
@@ -104,6 +119,9 @@ class PipelineSpec:
 
     sink_path: str
     quarantine_path: str | None = None
+    table_format: str = "parquet"
+    iceberg_catalog: str | None = field(default=None, repr=False)
+    iceberg_table: str | None = None
     value_format: ValueFormat = "json"
     value_schema: StructType | str | None = None
     value_subject: str | None = None
@@ -135,6 +153,11 @@ class PipelineSpec:
         if self.quarantine_path is not None and not self.quarantine_path.strip():
             raise ValueError("quarantine_path must be a non-empty path or None for the default")
         naive_timestamp_policy(self.naive_timestamps)
+        if self.table_format not in TABLE_FORMATS:
+            raise ValueError(f"table_format must be one of {', '.join(TABLE_FORMATS)}, got {self.table_format!r}")
+        if self.table_format == "iceberg":
+            self.iceberg_identifiers  # noqa: B018 (validates the identifier)
+            self.iceberg_catalog_url  # noqa: B018 (a remote sink needs a catalog URL)
         if self.registry is not None and not isinstance(self.registry, RegistryConnection):
             raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
         if self.resolved:
@@ -231,6 +254,28 @@ class PipelineSpec:
     @property
     def quarantine_root(self) -> str:
         return self.quarantine_path or default_quarantine_root(self.sink_path)
+
+    @property
+    def iceberg_catalog_url(self) -> str:
+        """The Iceberg catalog's SQLAlchemy URL (the default SQLite file needs a local sink path)."""
+        if self.iceberg_catalog is not None:
+            if not self.iceberg_catalog.strip():
+                raise ValueError("iceberg_catalog must be a SQLAlchemy URL or None for the default")
+            return self.iceberg_catalog
+        if "://" in self.sink_path or ":" in self.sink_path.split("/", 1)[0]:
+            raise ValueError("an Iceberg sink outside the local file system needs iceberg_catalog (a SQLAlchemy URL)")
+        return f"sqlite:///{os.path.abspath(self.sink_path)}/_catalog.sqlite"
+
+    @property
+    def iceberg_identifiers(self) -> tuple[str, str]:
+        """(sink table, quarantine table) identifiers, `namespace.table`, checked."""
+        name = self.iceberg_table or f"cohort.{self.sink_path.rstrip('/').rsplit('/', 1)[-1]}"
+        parts = name.split(".")
+        if len(parts) != 2 or not all(_IDENTIFIER.fullmatch(part) for part in parts):
+            raise ValueError(
+                f"iceberg_table must be `namespace.table` with letters, digits and _ in each part, got {name!r}"
+            )
+        return name, f"{name}_quarantine"
 
     def limits(self, target_tasks: int = 1) -> PlanLimits:
         """The planning limits of this spec for a cluster running `target_tasks` tasks at once."""

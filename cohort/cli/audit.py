@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -24,11 +24,52 @@ from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.sink_audit import MIRROR, PUBLISH, REPAIR_HINTS, SinkFinding, output_layouts, read_records
 
 if TYPE_CHECKING:
+    from cohort.pipelines.table_store import TableStore
     from cohort.resources.kafka import KafkaResource
 
-__all__ = ["PartitionAudit", "audit_group"]
+__all__ = ["PartitionAudit", "SinkTarget", "audit_group"]
 
 _KAFKA_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """The sink the audit reads, as the command line names it."""
+
+    sink: str
+    quarantine: str | None = None
+    table_format: str = "auto"
+    iceberg_catalog: str | None = None
+    iceberg_table: str | None = None
+
+    def resolved_format(self, fs: ArrowFs) -> str:
+        """The format: as given, or what lies under the sink root (a Delta log, Iceberg metadata, else Parquet)."""
+        if self.table_format != "auto":
+            return self.table_format
+        if fs.exists(f"{self.sink.rstrip('/')}/_delta_log"):
+            return "delta"
+        if fs.exists(f"{self.sink.rstrip('/')}/metadata") or self.iceberg_table is not None:
+            return "iceberg"
+        return "parquet"
+
+    def tables(self, table_format: str) -> tuple[TableStore, TableStore]:
+        """(sink, quarantine) tables; click's BadParameter for settings the spec refuses."""
+        from cohort.pipelines.spec import PipelineSpec
+        from cohort.pipelines.table_batch import open_tables
+
+        try:
+            spec = PipelineSpec(
+                sink_path=self.sink,
+                quarantine_path=self.quarantine,
+                value_format="bytes",
+                table_format=table_format,
+                iceberg_catalog=self.iceberg_catalog,
+                iceberg_table=self.iceberg_table,
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--iceberg-table' / '--iceberg-catalog'") from None
+        pair = open_tables(spec)
+        return pair.sink, pair.quarantine
 
 
 @dataclass(frozen=True)
@@ -59,14 +100,14 @@ class PartitionAudit:
 def audit_group(
     coordinator: Coordinator,
     group: str,
-    sink: str,
-    quarantine: str | None,
+    target: SinkTarget,
     bootstrap_servers: str | None,
     *,
     repair: bool,
     as_json: bool,
 ) -> bool:
     """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left."""
+    sink, quarantine = target.sink, target.quarantine
     for root, option in ((sink, "--sink"), (quarantine, "--quarantine")):
         if root is not None and arrow_filesystem(root) is None:
             message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
@@ -81,12 +122,17 @@ def audit_group(
                 "(stop its runs or wait for them to end); the audit itself runs at any time"
             )
     fs = ArrowFs()
+    table_format = target.resolved_format(fs)
+    tables = target.tables(table_format) if table_format != "parquet" else None
     tps = coordinator.ledger_partitions(group)
     try:
         committed = _kafka_committed(kafka, group, tps)
-        audits = [_audit(coordinator, group, tp, layouts, fs, committed) for tp in tps]
-        if repair:
-            audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
+        if tables is not None:
+            audits = [_audit_table(coordinator, group, tp, tables, fs, committed, kafka, repair) for tp in tps]
+        else:
+            audits = [_audit(coordinator, group, tp, layouts, fs, committed) for tp in tps]
+            if repair:
+                audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
     finally:
         if kafka is not None:
             kafka.close()
@@ -108,6 +154,45 @@ def _audit(
     findings = records.audit(in_kafka, compare_kafka=committed is not None)
     sink_dirs, quarantine_dirs = len(records.outputs["sink"]), len(records.outputs["quarantine"])
     return PartitionAudit(tp, records.head, in_kafka, sink_dirs, quarantine_dirs, tuple(findings))
+
+
+def _audit_table(
+    coordinator: Coordinator,
+    group: str,
+    tp: TopicPartition,
+    tables: tuple[TableStore, TableStore],
+    fs: ArrowFs,
+    committed: Mapping[TopicPartition, int | None] | None,
+    kafka: KafkaResource | None,
+    repair: bool,
+) -> PartitionAudit:
+    """One partition of a table sink: audited, and with `repair` repaired and audited again."""
+    from cohort.pipelines.table_audit import audit_table_partition, repair_table_partition
+
+    def audited(kafka_offsets: Mapping[TopicPartition, int | None] | None) -> tuple[Any, PartitionAudit]:
+        found = audit_table_partition(
+            coordinator, group, tp, tables, fs, (kafka_offsets or {}).get(tp), compare_kafka=kafka_offsets is not None
+        )
+        outputs = found.records.outputs
+        in_kafka = (kafka_offsets or {}).get(tp)
+        summary = PartitionAudit(
+            tp, found.records.head, in_kafka, len(outputs["sink"]), len(outputs["quarantine"]), found.findings
+        )
+        return found, summary
+
+    found, summary = audited(committed)
+    if not repair or not summary.findings:
+        return summary
+    done = repair_table_partition(found, group, coordinator.standalone_ledger(group), tables, fs)
+    if kafka is not None and (done or any(f.repair == MIRROR for f in summary.findings)):
+        head = coordinator.fetch_offsets(group, [tp])[tp]
+        if head is not None:
+            kafka.get_mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, head, head)], run_id=None)
+            done.append(f"mirrored offset {head} to Kafka")
+    if not done:
+        return summary
+    _, again = audited(_kafka_committed(kafka, group, [tp]))
+    return replace(again, repaired=tuple(done))
 
 
 def _kafka_committed(
@@ -161,6 +246,7 @@ def _print(group: str, audits: list[PartitionAudit], as_json: bool, *, compared_
         click.echo(json.dumps({"group": group, "ok": ok, "partitions": [a.as_dict() for a in audits]}))
         return
     from cohort.cli.tables import print_table
+    from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS
 
     columns = ["TOPIC", "PARTITION", "LEDGER", "KAFKA", "SINK-DIRS", "QUARANTINE-DIRS", "STATUS"]
     rows = [
@@ -180,7 +266,8 @@ def _print(group: str, audits: list[PartitionAudit], as_json: bool, *, compared_
         for line in audit.repaired:
             click.echo(f"{audit.tp}: repaired: {line}")
         for finding in audit.findings:
-            hint = f" ({REPAIR_HINTS[finding.repair]})" if finding.repair and not audit.repaired else ""
+            hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
+            hint = f" ({hints[finding.repair]})" if finding.repair and not audit.repaired else ""
             click.echo(f"{audit.tp} {finding.where}: {finding.message}{hint}")
     if not audits:
         click.echo(f"group {group!r} has committed nothing yet: nothing to audit")

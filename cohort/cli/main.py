@@ -268,6 +268,20 @@ def reset_offsets(
     default=None,
     help="Kafka bootstrap servers, to compare Kafka's committed offsets too (env COHORT_BOOTSTRAP_SERVERS).",
 )
+@click.option(
+    "--table-format",
+    type=click.Choice(["auto", "parquet", "delta", "iceberg"]),
+    default="auto",
+    show_default=True,
+    help="The sink's format (auto: a Delta log or Iceberg metadata under --sink, else Parquet range directories).",
+)
+@click.option(
+    "--iceberg-catalog",
+    envvar="COHORT_ICEBERG_CATALOG",
+    default=None,
+    help="The Iceberg SQL catalog's SQLAlchemy URL (env COHORT_ICEBERG_CATALOG; default <sink>/_catalog.sqlite).",
+)
+@click.option("--iceberg-table", default=None, help="The Iceberg table identifier (default cohort.<sink's name>).")
 @click.option("--repair", is_flag=True, help="Apply the safe repairs (needs the group without members).")
 @_JSON
 def audit(
@@ -276,20 +290,26 @@ def audit(
     sink: str,
     quarantine: str | None,
     bootstrap_servers: str | None,
+    table_format: str,
+    iceberg_catalog: str | None,
+    iceberg_table: str | None,
     repair: bool,
     as_json: bool,
 ) -> None:
     """Compare GROUP's ledger, Kafka's committed offsets and the sink per partition; exit 1 on any divergence.
 
     Each divergence is named. --repair re-mirrors offsets to Kafka where it is behind the ledger and publishes a
-    committed range whose directory is missing from its run's staged output; it refuses the rest (output no
-    commit accounts for, Kafka ahead of the ledger, rows lost from the sink), which need an operator.
+    committed range whose directory is missing from its run's staged output; for a Delta or Iceberg sink it
+    adopts a table commit the ledger never saw, rolls back a quarantine commit whose sink commit never landed and
+    deletes data files no commit references. It refuses the rest (output no commit accounts for, Kafka ahead of
+    the ledger, rows lost from the sink), which need an operator.
     """
-    from cohort.cli.audit import audit_group
+    from cohort.cli.audit import SinkTarget, audit_group
 
+    target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
     with _coordinator(store_url) as coordinator:
         _require_group(coordinator, group)
-        clean = audit_group(coordinator, group, sink, quarantine, bootstrap_servers, repair=repair, as_json=as_json)
+        clean = audit_group(coordinator, group, target, bootstrap_servers, repair=repair, as_json=as_json)
     if not clean:
         raise SystemExit(1)
 

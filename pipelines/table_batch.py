@@ -1,0 +1,413 @@
+"""One bounded batch into a table sink (Delta Lake or Apache Iceberg): reconcile -> plan -> read -> stage ->
+quarantine table commit -> sink table commit -> ledger commit -> Kafka mirror.
+
+The reading, decoding, validation and counting are those of the Parquet sink (cohort.pipelines.batch): the
+tasks write both outputs into `<table>/_staging/<attempt>/`. What differs is how the output becomes visible:
+
+1. **Reconcile** (cohort.pipelines.table_reconcile), before planning: the member fences its partitions in both
+   tables with its generation, adopts into the ledger a sink commit the ledger never saw, and rolls back a
+   quarantine commit whose sink commit never landed.
+2. After the counts check, the batch asks the ledger whether it still owns its partitions (an empty commit:
+   fenced like a commit, it records nothing), so a member the coordinator already fenced never reaches a table.
+3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`,
+   invisible to readers until a commit references it. A replay removes the files holding the offsets it re-read
+   (those it cuts are rewritten without them) in the same commit.
+4. The quarantine table commits, then the sink table: each one atomic commit that also moves the partitions'
+   marks with a compare-and-set (cohort.pipelines.table_store), so a zombie fenced in the table, or a second
+   attempt of a commit that landed, changes nothing.
+5. The ledger commit, then the Kafka mirror. A ledger commit that fails after the sink commit leaves a table
+   commit the ledger never saw: the next batch of the partition adopts it (step 1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cohort.common.ledger import OffsetLedger, OffsetMirror
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.arrow_sink import arrow_filesystem
+from cohort.pipelines.batch import (
+    _commit,
+    _commit_ranges,
+    _mirror_ranges,
+    _partition_result,
+    _stage,
+    _timed,
+    plan_for,
+)
+from cohort.pipelines.plan import BatchPlan
+from cohort.pipelines.positions import RangeLedger
+from cohort.pipelines.readers import resolve_readers
+from cohort.pipelines.replay_check import check_outputs
+from cohort.pipelines.results import BatchResult
+from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
+from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, problems, reconcile_partition
+from cohort.pipelines.table_store import (
+    BatchRecord,
+    DataFile,
+    NewFile,
+    Owner,
+    PartitionMark,
+    TableCommit,
+    TableConflictError,
+    TableStore,
+    data_dir,
+)
+
+__all__ = ["TablePair", "open_tables", "owner_of", "reconcile_tables", "run_table_batch", "table_pair"]
+
+
+@dataclass(frozen=True)
+class TablePair:
+    """A group's two tables: the sink's and the quarantine's."""
+
+    sink: TableStore
+    quarantine: TableStore
+
+    def both(self) -> tuple[TableStore, TableStore]:
+        return self.quarantine, self.sink
+
+
+def open_tables(spec: PipelineSpec) -> TablePair:
+    """The spec's sink and quarantine tables in its `table_format` (delta or iceberg)."""
+    if spec.table_format == "iceberg":
+        return table_pair(
+            "iceberg", spec.sink_path, spec.quarantine_root, spec.iceberg_catalog_url, spec.iceberg_identifiers
+        )
+    return table_pair(spec.table_format, spec.sink_path, spec.quarantine_root)
+
+
+def table_pair(
+    table_format: str,
+    sink_root: str,
+    quarantine_root: str,
+    catalog_url: str | None = None,
+    identifiers: tuple[str, str] | None = None,
+) -> TablePair:
+    """The two tables of a sink: Delta tables at the roots, or Iceberg tables `identifiers` of the SQL catalog at
+    `catalog_url` located at the roots."""
+    if table_format == "delta":
+        from cohort.pipelines.delta_store import DeltaTableStore
+
+        return TablePair(DeltaTableStore(sink_root), DeltaTableStore(quarantine_root))
+    if table_format == "iceberg" and catalog_url is not None and identifiers is not None:
+        from cohort.pipelines.iceberg_store import IcebergTableStore
+
+        sink_id, quarantine_id = identifiers
+        return TablePair(
+            IcebergTableStore(sink_root, catalog_url=catalog_url, identifier=sink_id),
+            IcebergTableStore(quarantine_root, catalog_url=catalog_url, identifier=quarantine_id),
+        )
+    raise ValueError(f"{table_format!r} is not a table format (delta; iceberg with a catalog and identifiers)")
+
+
+def owner_of(ledger: OffsetLedger, group: str | None) -> Owner:
+    """Who commits to the tables: the ledger's group (or `group`) and its member's generation, if it has one."""
+    name = group or getattr(ledger, "group", None)
+    if not isinstance(name, str):
+        raise ValueError("a table sink needs the group's name: pass `group`, or a ledger of a group (GroupMember)")
+    generation = getattr(ledger, "generation", None)
+    return Owner(name, generation if isinstance(generation, int) and generation >= 0 else None)
+
+
+def _range_ledger(ledger: OffsetLedger) -> RangeLedger:
+    if not isinstance(ledger, RangeLedger):
+        raise ValueError(
+            "a table sink needs a ledger that reports committed ranges (GroupMember, StandaloneLedger): it adopts "
+            "table commits the ledger never saw"
+        )
+    return ledger
+
+
+def reconcile_tables(
+    ledger: OffsetLedger, tables: TablePair, owner: Owner, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, Reconcile]:
+    """Decide and apply, per partition (cohort.pipelines.table_reconcile); TableConflictError naming every
+    partition that cannot go on (fenced, or a divergence Cohort cannot have made)."""
+    tps = sorted(set(partitions))
+    if not tps:
+        return {}
+    entries = _range_ledger(ledger).last_committed(tps)
+    heads = ledger.committed_offsets(tps)
+    exists = {table.root: table.exists() for table in tables.both()}
+    sink_marks = tables.sink.marks(owner.group, tps) if exists[tables.sink.root] else {}
+    quarantine_marks = tables.quarantine.marks(owner.group, tps) if exists[tables.quarantine.root] else {}
+    decisions: dict[TopicPartition, Reconcile] = {}
+    for tp in tps:
+        entry = entries.get(tp)
+        position = LedgerPosition(heads.get(tp), bool(entry is not None and getattr(entry, "is_reset", False)))
+        sink = sink_marks.get(tp, PartitionMark())
+        ahead = (
+            sink.head is not None and not position.after_reset and (position.head is None or sink.head > position.head)
+        )
+        decisions[tp] = reconcile_partition(
+            tp,
+            owner,
+            position,
+            sink,
+            quarantine_marks.get(tp, PartitionMark()),
+            sink_exists=exists[tables.sink.root],
+            quarantine_exists=exists[tables.quarantine.root],
+            sink_batch=tables.sink.last_batch(owner.group, tp, sink.head) if ahead and sink.head is not None else None,
+        )
+    stopped = problems(decisions)
+    if stopped:
+        raise TableConflictError("; ".join(stopped))
+    _apply(ledger, tables, owner, decisions, sink_marks, quarantine_marks)
+    return decisions
+
+
+def _apply(
+    ledger: OffsetLedger,
+    tables: TablePair,
+    owner: Owner,
+    decisions: Mapping[TopicPartition, Reconcile],
+    sink_marks: Mapping[TopicPartition, PartitionMark],
+    quarantine_marks: Mapping[TopicPartition, PartitionMark],
+) -> None:
+    """Quarantine roll-backs and fences, sink fences, then the ledger adoptions (each one atomic step)."""
+    rolled = {tp: d.roll_back_from for tp, d in decisions.items() if d.roll_back_from is not None}
+    touched = sorted({tp for tp, d in decisions.items() if d.fence_quarantine} | set(rolled))
+    if touched:
+        removes = tuple(f for f in tables.quarantine.files(sorted(rolled)) if f.until_offset > rolled[f.tp])
+        tables.quarantine.commit(
+            TableCommit(
+                owner,
+                {tp: quarantine_marks.get(tp, PartitionMark()) for tp in touched},
+                heads={tp: at for tp, at in rolled.items()},
+                removes=removes,
+            )
+        )
+    fenced = sorted(tp for tp, d in decisions.items() if d.fence_sink)
+    if fenced:
+        tables.sink.commit(TableCommit(owner, {tp: sink_marks.get(tp, PartitionMark()) for tp in fenced}))
+    by_run: dict[str | None, list[OffsetRange]] = {}
+    for _tp, d in sorted(decisions.items()):
+        by_run.setdefault(d.adopt_run, []).extend(replace(r, note="adopted from the sink table") for r in d.adopt)
+    for run, ranges in by_run.items():
+        if ranges:
+            ledger.commit(ranges, run_id=run)
+
+
+def _confirm_ownership(ledger: OffsetLedger, plan: BatchPlan) -> None:
+    """Ask the ledger whether this member still owns its partitions: an empty range at each committed
+    partition's head is fenced like a commit and records nothing (a partition's first position at most)."""
+    probes = [
+        OffsetRange(p.tp.topic, p.tp.partition, start, start)
+        for p in plan.partitions
+        if p.must_commit
+        for start in [p.gap.from_offset if p.gap is not None else p.from_offset]
+    ]
+    if probes:
+        ledger.commit(probes)
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One table's side of the batch: its store, where the attempt staged it, and the rows it has per range."""
+
+    table: TableStore
+    layout: SinkLayout
+    counts: Mapping[TopicPartition, int]
+
+
+def _abs(table: TableStore, relative: str) -> str:
+    return f"{table.root}/{relative}"
+
+
+def _new_files(fs: Any, table: TableStore, directory: str) -> list[NewFile]:
+    """The Parquet files under a data directory (relative to the table), with their sizes, rows and schemas."""
+    resolved = arrow_filesystem(_abs(table, directory))
+    if resolved is None:
+        raise SinkError(f"pyarrow cannot reach {table.root}: a table sink needs a root pyarrow reaches")
+    filesystem, path = resolved
+    files = []
+    for name in fs.list_names(_abs(table, directory)):
+        if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+            continue
+        info = filesystem.get_file_info(f"{path}/{name}")
+        with filesystem.open_input_file(f"{path}/{name}") as handle:
+            meta = pq.ParquetFile(handle)
+            files.append(NewFile(f"{directory}/{name}", int(info.size), meta.metadata.num_rows, meta.schema_arrow))
+    return files
+
+
+def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[NewFile]:
+    """Move each partition's staged output into its data directory; the files there."""
+    added = []
+    for p in plan.partitions:
+        if not p.must_commit or not output.counts.get(p.tp):
+            continue
+        staged = output.layout.staged_range_dir(attempt, p.tp.topic, p.tp.partition)
+        directory = data_dir(p.tp, p.from_offset, p.until_offset, attempt)
+        if not fs.exists(_abs(output.table, directory)):
+            fs.rename(staged, _abs(output.table, directory))
+        added.extend(_new_files(fs, output.table, directory))
+    return added
+
+
+def _replaced(
+    fs: SinkFs, table: TableStore, plan: BatchPlan, attempt: str, held: Sequence[DataFile]
+) -> tuple[list[DataFile], list[NewFile]]:
+    """What a replay replaces: every file holding offsets the batch re-read, and the pieces of them outside its
+    ranges, rewritten into data directories of this attempt."""
+    ranges = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
+    removes: list[DataFile] = []
+    kept: list[NewFile] = []
+    cut: dict[str, DataFile] = {}
+    for f in held:
+        lo, hi = ranges.get(f.tp, (0, 0))
+        if f.attempt != attempt and f.from_offset < hi and lo < f.until_offset:
+            removes.append(f)
+            cut.setdefault(f.directory, f)
+    for directory, f in sorted(cut.items()):
+        lo, hi = ranges[f.tp]
+        for a, b in ((f.from_offset, min(f.until_offset, lo)), (max(f.from_offset, hi), f.until_offset)):
+            if a < b:
+                piece = data_dir(f.tp, a, b, attempt)
+                written = fs.write_offset_slice(
+                    _abs(table, directory), _abs(table, piece), a, b, name=f"part-{a}-{b}.parquet"
+                )
+                if written:
+                    kept.extend(_new_files(fs, table, piece))
+    return removes, kept
+
+
+def _change(
+    fs: SinkFs,
+    output: _Output,
+    owner: Owner,
+    plan: BatchPlan,
+    attempt: str,
+    record: BatchRecord,
+    schema: pa.Schema | None,
+) -> TableCommit:
+    """One table's commit of the batch: its data directories placed, a replay's files replaced."""
+    tps = sorted(p.tp for p in plan.partitions if p.must_commit)
+    starts = {p.tp: p.from_offset for p in plan.partitions if p.must_commit}
+    heads = {p.tp: p.until_offset for p in plan.partitions if p.must_commit}
+    exists = output.table.exists()
+    marks = output.table.marks(owner.group, tps) if exists else {tp: PartitionMark() for tp in tps}
+    adds = _place(fs, output, attempt, plan)
+    replayed = [tp for tp in tps if (reach := marks[tp].reach) is not None and reach > starts[tp]]
+    removes, kept = _replaced(fs, output.table, plan, attempt, output.table.files(replayed)) if replayed else ([], [])
+    return TableCommit(owner, marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
+
+
+def _landed(table: TableStore, change: TableCommit) -> bool:
+    """Whether `change` is in the table although its commit raised (its answer was lost)."""
+    try:
+        if not change.heads or change.batch is None or not table.exists():
+            return False
+        marks = table.marks(change.owner.group, sorted(change.expected))
+        tp, head = next(iter(sorted(change.heads.items())))
+        last = table.last_batch(change.owner.group, tp, head)
+        return change.landed_in(marks, last.run_id if last is not None else None)
+    except Exception:  # the table cannot say: keep the files (an orphan costs space, a lost file costs rows)
+        return True
+
+
+def _discard(fs: SinkFs, tables: Iterable[TableStore], attempt: str, plan: BatchPlan) -> None:
+    """After a failure before a table's commit: delete the attempt's data directories in that table (a table's
+    committed files stay: the next batch adopts or rolls back its commit)."""
+    for table in tables:
+        for p in plan.partitions:
+            parent = _abs(table, data_dir(p.tp, 0, 0, attempt)).rsplit("/", 1)[0]
+            for name in fs.list_names(parent):
+                if name.endswith(f"-{attempt}"):
+                    fs.delete(f"{parent}/{name}")
+
+
+def run_table_batch(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    partitions: Sequence[TopicPartition],
+    ledger: OffsetLedger,
+    *,
+    group: str | None = None,
+    mirror: OffsetMirror | None = None,
+    run_id: str | None = None,
+    new_partitions: Collection[TopicPartition] = (),
+) -> BatchResult:
+    """`cohort.pipelines.batch.run_batch` for a spec whose `table_format` is delta or iceberg (see the module doc)."""
+    from cohort.pipelines.arrow_sink import ArrowFs
+
+    if (mirror is None) != (group is None):
+        raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
+    run_id = run_id or uuid.uuid4().hex
+    attempt = attempt_id(run_id)
+    owner = owner_of(ledger, group)
+    tables = open_tables(spec)
+    for table in tables.both():
+        if arrow_filesystem(table.root) is None:
+            raise SinkError(
+                f"a {spec.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
+            )
+    fs = ArrowFs()
+    if spec.table_format == "iceberg" and spec.iceberg_catalog is None:
+        fs.make_dirs(spec.sink_path)  # the default catalog is a SQLite file there
+    stages: dict[str, float] = {}
+    spec = resolve_readers(spec, {tp.topic for tp in partitions})
+    with _timed(stages, "reconcile"):
+        reconcile_tables(ledger, tables, owner, partitions)
+    with _timed(stages, "plan"):
+        plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
+    sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+    directories: dict[str, list[str]] = {}
+    pending: dict[str, TableCommit] = {}
+    try:
+        stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
+        with _timed(stages, "verify"):
+            checks = check_outputs(fs, sink, quarantine, attempt, plan)
+        ranges = _commit_ranges(plan, written, quarantined, checks)
+        if ranges:
+            with _timed(stages, "commit"):
+                _confirm_ownership(ledger, plan)
+                record = BatchRecord(run_id, tuple(ranges))
+                for output, schema in (
+                    (_Output(tables.quarantine, quarantine, quarantined), spec.checker.quarantine_schema),
+                    (_Output(tables.sink, sink, written), spec.checker.sink_schema if spec.transform is None else None),
+                ):
+                    pending[output.table.root] = change = _change(fs, output, owner, plan, attempt, record, schema)
+                    output.table.commit(change)
+                    directories[output.table.root] = sorted(
+                        {_abs(output.table, f.path.rsplit("/", 1)[0]) for f in change.adds}
+                    )
+                _commit(ledger, ranges, run_id)
+    except BaseException:
+        kept = [
+            t for t in tables.both() if t.root in directories or (t.root in pending and _landed(t, pending[t.root]))
+        ]
+        _discard(fs, [t for t in tables.both() if t not in kept], attempt, plan)
+        raise
+    finally:
+        sink.discard_staging(fs, attempt)
+        quarantine.discard_staging(fs, attempt)
+    mirror_error = None
+    if mirror is not None and group is not None:
+        with _timed(stages, "mirror"):
+            try:
+                heads = _mirror_ranges(plan, ranges, ledger)
+                if heads:
+                    mirror.mirror(group, heads, run_id=run_id)
+            except Exception as exc:  # the ledger's commit stands: report, do not raise
+                mirror_error = f"{type(exc).__name__}: {exc}"
+    return BatchResult(
+        run_id=run_id,
+        partitions=tuple(
+            _partition_result(p, stats, written, quarantined, None, checks.get(p.tp)) for p in plan.partitions
+        ),
+        committed=tuple(ranges),
+        sink_dirs=tuple(directories.get(tables.sink.root, ())),
+        quarantine_dirs=tuple(directories.get(tables.quarantine.root, ())),
+        stage_seconds=stages,
+        mirror_error=mirror_error,
+    )
