@@ -14,12 +14,13 @@ of the sink's and the quarantine's range directories with the ledger (cohort.pip
 from collections.abc import Collection, Iterator
 
 import dagster as dg
+from pyarrow.fs import LocalFileSystem
 
 from cohort.assets.audit import PartitionAudit, gather_audits
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.pipelines.arrow_sink import ArrowFs
+from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records
 from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS, audit_table_partition
 from cohort.pipelines.table_batch import open_tables
@@ -126,7 +127,12 @@ def _sink_check(
     else:  # the tables' files and marks (the table keeps row counts: they are compared too)
         pair = open_tables(spec)
         tables = (pair.sink, pair.quarantine)
-        findings = [f for tp in tps for f in audit_table_partition(coordinator, config.group, tp, tables, fs).findings]
+        local = all(isinstance((arrow_filesystem(t.root) or (None,))[0], LocalFileSystem) for t in tables)
+        findings = [
+            f
+            for tp in tps
+            for f in audit_table_partition(coordinator, config.group, tp, tables, fs, check_files=local).findings
+        ]  # each referenced file checked where that is a local stat, not a remote request per file
     hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
     lines = [
         f"- {f.tp} {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in findings[:_MAX_SHOWN]

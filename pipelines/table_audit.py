@@ -23,6 +23,7 @@ from typing import Any
 from cohort.common.types import TopicPartition
 from cohort.pipelines.sink import SinkFs
 from cohort.pipelines.sink_audit import AuditedRange, PartitionRecords, SinkFinding
+from cohort.pipelines.table_batch import orphan_dirs
 from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, reconcile_partition
 from cohort.pipelines.table_store import (
     DataFile,
@@ -30,8 +31,6 @@ from cohort.pipelines.table_store import (
     PartitionMark,
     TableCommit,
     TableStore,
-    data_dir,
-    parse_data_path,
 )
 
 __all__ = [
@@ -50,6 +49,7 @@ ROLL_BACK = "roll-back"
 """Repair: remove a quarantine-table commit whose sink-table commit never landed."""
 DELETE_ORPHANS = "delete-orphans"
 """Repair: delete data directories no table version references (nothing reads them)."""
+_MAX_MISSING_NAMED = 5
 TABLE_REPAIR_HINTS = {
     ADOPT: "`cohort audit --repair` adopts it into the ledger",
     ROLL_BACK: "`cohort audit --repair` rolls it back",
@@ -64,6 +64,7 @@ class TableAudit:
     records: PartitionRecords
     findings: tuple[SinkFinding, ...]
     decision: Reconcile
+    sink_mark: PartitionMark
     quarantine_mark: PartitionMark
     orphans: tuple[str, ...]
 
@@ -77,21 +78,6 @@ def _dirs(files: Sequence[DataFile]) -> list[tuple[int, int, int]]:
     return sorted((a, b, n) for (a, b, _), n in rows.items())
 
 
-def _orphans(
-    fs: SinkFs, table: TableStore, tp: TopicPartition, referenced: Sequence[DataFile], head: int | None
-) -> list[str]:
-    """Data directories of `tp` on disk that no table version can reference: not in the latest version, and
-    starting at or beyond the table's head (a replay's removed files stay for time travel, below the head)."""
-    parent = f"{table.root}/{data_dir(tp, 0, 0, 'x').rsplit('/', 1)[0]}"
-    known = {f.directory.rsplit("/", 1)[1] for f in referenced}
-    found = []
-    for name in fs.list_names(parent):
-        parsed = parse_data_path(f"{data_dir(tp, 0, 0, 'x').rsplit('/', 1)[0]}/{name}/f", 0)
-        if parsed is not None and name not in known and (head is None or parsed.from_offset >= head):
-            found.append(f"{parent}/{name}")
-    return found
-
-
 def audit_table_partition(
     ledger: Any,
     group: str,
@@ -101,9 +87,11 @@ def audit_table_partition(
     kafka_committed: int | None = None,
     *,
     compare_kafka: bool = False,
+    check_files: bool = True,
 ) -> TableAudit:
     """Audit one partition of a table sink; `ledger` is a Coordinator (history, offsets, last ranges); `tables`
-    are (sink, quarantine)."""
+    are (sink, quarantine). With `check_files`, every data file the tables reference must exist (one file-system
+    query per file)."""
     sink, quarantine = tables
     entries = ledger.ledger_history(group, tp.topic, tp.partition)
     commits = [
@@ -170,12 +158,23 @@ def audit_table_partition(
     if compare_kafka and decision.adopt:  # Kafka is compared with the ledger as it is, not as adopted
         findings = [f for f in findings if f.where != "kafka"]
         findings += PartitionRecords(tp, (), head, {}).audit(kafka_committed, compare_kafka=True)
-    orphans = [
-        path
-        for t, e, held, mark in zip(tables, exists, files, marks, strict=True)
-        if e
-        for path in _orphans(fs, t, tp, held, mark.head)
-    ]
+    if check_files:
+        for where, table, held in (("sink", sink, files[0]), ("quarantine", quarantine, files[1])):
+            missing = [f for f in held if not fs.exists(f"{table.root}/{f.path}")]
+            findings += [
+                SinkFinding(
+                    tp,
+                    where,
+                    f"data file {f.path} of range [{f.from_offset}, {f.until_offset}) is referenced by the table but "
+                    "missing: readers of the table fail; not repaired (restore the file, or replay the offsets)",
+                )
+                for f in missing[:_MAX_MISSING_NAMED]
+            ]
+            if len(missing) > _MAX_MISSING_NAMED:
+                findings.append(
+                    SinkFinding(tp, where, f"{len(missing) - _MAX_MISSING_NAMED} more data files are missing")
+                )
+    orphans = [path for t, mark in zip(tables, marks, strict=True) for path in orphan_dirs(fs, t, tp, mark)]
     if orphans:
         findings.append(
             SinkFinding(
@@ -187,7 +186,12 @@ def audit_table_partition(
             )
         )
     return TableAudit(
-        PartitionRecords(tp, tuple(commits), head, outputs), tuple(findings), decision, marks[1], tuple(orphans)
+        PartitionRecords(tp, tuple(commits), head, outputs),
+        tuple(findings),
+        decision,
+        marks[0],
+        marks[1],
+        tuple(orphans),
     )
 
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.arrow_sink import arrow_filesystem
+from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.batch import (
     _commit,
     _commit_ranges,
@@ -59,9 +59,19 @@ from cohort.pipelines.table_store import (
     TableConflictError,
     TableStore,
     data_dir,
+    parse_data_path,
 )
 
-__all__ = ["TablePair", "open_tables", "owner_of", "reconcile_tables", "run_table_batch", "table_pair"]
+__all__ = [
+    "TablePair",
+    "open_tables",
+    "orphan_dirs",
+    "owner_of",
+    "reconcile_tables",
+    "run_table_batch",
+    "sweep",
+    "table_pair",
+]
 
 
 @dataclass(frozen=True)
@@ -172,19 +182,23 @@ def _apply(
     sink_marks: Mapping[TopicPartition, PartitionMark],
     quarantine_marks: Mapping[TopicPartition, PartitionMark],
 ) -> None:
-    """Quarantine roll-backs and fences, sink fences, then the ledger adoptions (each one atomic step)."""
+    """Quarantine roll-backs and fences, sink fences, the ledger adoptions (each one atomic step), then the sweep of
+    data directories no commit references (after the fences: no zombie can commit them any more)."""
     rolled = {tp: d.roll_back_from for tp, d in decisions.items() if d.roll_back_from is not None}
     touched = sorted({tp for tp, d in decisions.items() if d.fence_quarantine} | set(rolled))
+    after = dict(quarantine_marks)
     if touched:
         removes = tuple(f for f in tables.quarantine.files(sorted(rolled)) if f.until_offset > rolled[f.tp])
-        tables.quarantine.commit(
-            TableCommit(
-                owner,
-                {tp: quarantine_marks.get(tp, PartitionMark()) for tp in touched},
-                heads={tp: at for tp, at in rolled.items()},
-                removes=removes,
-            )
+        reaches = {tp: max(at, sink_marks.get(tp, PartitionMark()).reach or 0) for tp, at in rolled.items()}
+        change = TableCommit(
+            owner,
+            {tp: quarantine_marks.get(tp, PartitionMark()) for tp in touched},
+            heads=dict(rolled),
+            removes=removes,
+            reaches=reaches,
         )
+        tables.quarantine.commit(change)
+        after.update(change.marks())
     fenced = sorted(tp for tp, d in decisions.items() if d.fence_sink)
     if fenced:
         tables.sink.commit(TableCommit(owner, {tp: sink_marks.get(tp, PartitionMark()) for tp in fenced}))
@@ -194,6 +208,34 @@ def _apply(
     for run, ranges in by_run.items():
         if ranges:
             ledger.commit(ranges, run_id=run)
+    fs = ArrowFs()
+    for table, marks in ((tables.quarantine, after), (tables.sink, sink_marks)):
+        for tp in sorted(decisions):
+            sweep(fs, table, tp, marks.get(tp, PartitionMark()))
+
+
+def orphan_dirs(fs: SinkFs, table: TableStore, tp: TopicPartition, mark: PartitionMark) -> list[str]:
+    """`tp`'s data directories that no version of the table references: those starting at or beyond its head while
+    nothing lies beyond it (no replay under way): files of a batch that died before its table commit, or of a
+    quarantine commit rolled back. (During a replay, files a replay removed stay below the head for time travel.)"""
+    if mark.head is not None and mark.reach is not None and mark.reach > mark.head:
+        return []
+    floor = mark.head or 0
+    relative = data_dir(tp, 0, 0, "x").rsplit("/", 1)[0]
+    found = []
+    for name in fs.list_names(f"{table.root}/{relative}"):
+        parsed = parse_data_path(f"{relative}/{name}/f", 0)
+        if parsed is not None and parsed.from_offset >= floor:
+            found.append(f"{table.root}/{relative}/{name}")
+    return found
+
+
+def sweep(fs: SinkFs, table: TableStore, tp: TopicPartition, mark: PartitionMark) -> list[str]:
+    """Delete `orphan_dirs` (run only where no batch can still commit them: after the partition's fence)."""
+    gone = orphan_dirs(fs, table, tp, mark)
+    for path in gone:
+        fs.delete(path)
+    return gone
 
 
 def _confirm_ownership(ledger: OffsetLedger, plan: BatchPlan) -> None:
@@ -301,6 +343,22 @@ def _change(
     return TableCommit(owner, marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
 
 
+def _commit_change(table: TableStore, change: TableCommit) -> None:
+    """Commit `change`; a file gone missing because a newer member fenced the partitions and swept this batch's
+    files is said as the conflict it is."""
+    try:
+        table.commit(change)
+    except FileNotFoundError:
+        found = table.marks(change.owner.group, sorted(change.expected)) if table.exists() else {}
+        moved = sorted(tp for tp, mark in change.expected.items() if found.get(tp, mark) != mark)
+        if moved:
+            raise TableConflictError(
+                f"{', '.join(map(str, moved))}: the table at {table.root} no longer holds the marks this batch read "
+                "(a member of a newer generation fenced the partitions and removed this batch's files): nothing was committed"
+            ) from None
+        raise
+
+
 def _landed(table: TableStore, change: TableCommit) -> bool:
     """Whether `change` is in the table although its commit raised (its answer was lost)."""
     try:
@@ -338,8 +396,6 @@ def run_table_batch(
     new_partitions: Collection[TopicPartition] = (),
 ) -> BatchResult:
     """`cohort.pipelines.batch.run_batch` for a spec whose `table_format` is delta or iceberg (see the module doc)."""
-    from cohort.pipelines.arrow_sink import ArrowFs
-
     if (mirror is None) != (group is None):
         raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
     run_id = run_id or uuid.uuid4().hex
@@ -377,7 +433,7 @@ def run_table_batch(
                     (_Output(tables.sink, sink, written), spec.checker.sink_schema if spec.transform is None else None),
                 ):
                     pending[output.table.root] = change = _change(fs, output, owner, plan, attempt, record, schema)
-                    output.table.commit(change)
+                    _commit_change(output.table, change)
                     directories[output.table.root] = sorted(
                         {_abs(output.table, f.path.rsplit("/", 1)[0]) for f in change.adds}
                     )

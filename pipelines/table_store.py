@@ -190,7 +190,8 @@ class TableCommit:
     per partition the batch lands a range for; `fence`: partitions whose generation becomes the owner's without a
     range (a new owner's first move). `adds` and `removes` are data files (replays remove what they re-read).
     `batch` is recorded as commit metadata (None for a fence or a clean-up). `schema` creates the table when it
-    does not exist and the commit adds no file (else the first file's schema does).
+    does not exist and the commit adds no file (else the first file's schema does). `reaches` sets a
+    partition's reach outright (a roll-back moves it back; otherwise it only grows).
     """
 
     owner: Owner
@@ -200,6 +201,7 @@ class TableCommit:
     removes: tuple[DataFile, ...] = ()
     batch: BatchRecord | None = None
     schema: pa.Schema | None = field(default=None, compare=False)
+    reaches: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def marks(self) -> dict[TopicPartition, PartitionMark]:
         """The marks this commit leaves on each partition it touches."""
@@ -207,7 +209,9 @@ class TableCommit:
             tp: PartitionMark(
                 self.heads.get(tp, mark.head),
                 mark.generation if self.owner.generation is None else self.owner.generation,
-                max((x for x in (mark.reach, mark.head, self.heads.get(tp)) if x is not None), default=None),
+                self.reaches[tp]
+                if tp in self.reaches
+                else max((x for x in (mark.reach, mark.head, self.heads.get(tp)) if x is not None), default=None),
             )
             for tp, mark in self.expected.items()
         }

@@ -43,6 +43,7 @@ class Setup:
     lag_threshold: int = 0
     freshness_s: float = 3600.0
     settings: dict[str, Any] = field(default_factory=dict)
+    table_format: str = "parquet"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -70,7 +71,13 @@ def config_for(setup: Setup) -> CohortConfig:
         def transform(frame):
             return frame.mapInArrow(slow, frame.schema)
 
-    spec = PipelineSpec(sink_path=setup.sink, value_format="json", value_schema=VALUE_SCHEMA, transform=transform)
+    spec = PipelineSpec(
+        sink_path=setup.sink,
+        value_format="json",
+        value_schema=VALUE_SCHEMA,
+        transform=transform,
+        table_format=setup.table_format,
+    )
     settings = {
         "initial_rebalance_delay_s": 4.0,
         "session_timeout_s": 6.0,
