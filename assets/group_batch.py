@@ -41,6 +41,7 @@ from cohort.assets.worker import (
     SLOT_TAG,
     BatchRunner,
     WorkerOutcome,
+    landed_root,
     materializations,
     op_name,
     run_worker,
@@ -305,7 +306,7 @@ def _batch(
     config = _with_reader_schemas(config, registry, counts.keys())  # after the report of earlier commits
     outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner, replay)
     pipeline = config.pipeline
-    sink_root = pipeline.sink_path if pipeline is not None else None
+    sink_root = landed_root(pipeline)
     columns = _landed_schema(pipeline) if pipeline is not None and pipeline.uses_registry else None
     try:
         for outcome in outcomes:

@@ -401,6 +401,13 @@ def materializations(
         )
 
 
+def landed_root(pipeline: PipelineSpec | None) -> str | None:
+    """Where a partition's landed folders are: the Parquet sink's root, or a table's data folder."""
+    if pipeline is None:
+        return None
+    return pipeline.sink_path if pipeline.table_format == "parquet" else f"{pipeline.sink_path.rstrip('/')}/data"
+
+
 def landed_materialization(
     translator: DagsterCohortTranslator,
     group: str,
@@ -446,7 +453,7 @@ def unreported_materializations(
     way) leaves committed ranges with no entry in the audit trail; every later run of the slot reports
     them from the ledger, which records the committing run, generation, member and counts.
     """
-    sink_root = config.pipeline.sink_path if config.pipeline is not None else None
+    sink_root = landed_root(config.pipeline)
     for topic, count in sorted(counts.items()):
         key = translator.get_asset_key(config.group, topic)
         for partition in range(count):
