@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -19,9 +20,9 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.digest import digest, read_dirs
 from cohort.pipelines.plan import BatchPlan
-from cohort.pipelines.sink import SinkFs, SinkLayout
+from cohort.pipelines.sink import SinkFs
 
-__all__ = ["OutputCheck", "ReplayChangedError", "check_outputs", "refuse_changed"]
+__all__ = ["HeldOutput", "OutputCheck", "ReplayChangedError", "check_outputs", "refuse_changed"]
 
 
 class ReplayChangedError(RuntimeError):
@@ -56,8 +57,18 @@ def _tables(directories: Sequence[str]) -> list[pa.Table]:
     return read_dirs(filesystem, [arrow_filesystem(d)[1] for d in directories])  # type: ignore[index]
 
 
+class HeldOutput(Protocol):
+    """Where a batch's staged output is, and what the sink holds already (a `SinkLayout`, or a table's view)."""
+
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str: ...
+
+    def overlapped(
+        self, fs: SinkFs, attempt: str, tp: TopicPartition, from_offset: int, until_offset: int
+    ) -> list[tuple[int, int, str]]: ...
+
+
 def check_outputs(
-    fs: SinkFs, sink: SinkLayout, quarantine: SinkLayout, attempt: str, plan: BatchPlan
+    fs: SinkFs, sink: HeldOutput, quarantine: HeldOutput, attempt: str, plan: BatchPlan
 ) -> dict[TopicPartition, OutputCheck]:
     """Digest each planned range's staged output; compare a replay's with the sink's for the same offsets."""
     if not isinstance(fs, ArrowFs):

@@ -44,7 +44,7 @@ from cohort.pipelines.batch import (
 from cohort.pipelines.plan import BatchPlan
 from cohort.pipelines.positions import RangeLedger
 from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.replay_check import check_outputs
+from cohort.pipelines.replay_check import check_outputs, refuse_changed
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
@@ -322,9 +322,48 @@ def _replaced(
     return removes, kept
 
 
+@dataclass(frozen=True)
+class _Held:
+    """One table as the batch found it before its commit: the marks of the partitions it commits (the
+    compare-and-set) and the files of those it replays; a view for the replay check (`HeldOutput`)."""
+
+    table: TableStore
+    staging: SinkLayout
+    marks: Mapping[TopicPartition, PartitionMark]
+    files: Mapping[TopicPartition, tuple[DataFile, ...]]
+
+    @classmethod
+    def read(cls, table: TableStore, staging: SinkLayout, owner: Owner, plan: BatchPlan) -> _Held:
+        starts = {p.tp: p.from_offset for p in plan.partitions if p.must_commit}
+        tps = sorted(starts)
+        exists = table.exists()
+        marks = table.marks(owner.group, tps) if exists else {tp: PartitionMark() for tp in tps}
+        replayed = [tp for tp in tps if (reach := marks[tp].reach) is not None and reach > starts[tp]]
+        files: dict[TopicPartition, list[DataFile]] = {}
+        for f in table.files(replayed) if replayed else []:
+            files.setdefault(f.tp, []).append(f)
+        return cls(table, staging, marks, {tp: tuple(held) for tp, held in files.items()})
+
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
+        return self.staging.staged_range_dir(attempt, topic, partition)
+
+    def overlapped(
+        self, fs: SinkFs, attempt: str, tp: TopicPartition, from_offset: int, until_offset: int
+    ) -> list[tuple[int, int, str]]:
+        """The table's data directories holding offsets of [from, until) (a replay's old output)."""
+        return sorted(
+            {
+                (f.from_offset, f.until_offset, _abs(self.table, f.directory))
+                for f in self.files.get(tp, ())
+                if f.from_offset < until_offset and from_offset < f.until_offset
+            }
+        )
+
+
 def _change(
     fs: SinkFs,
     output: _Output,
+    held: _Held,
     owner: Owner,
     plan: BatchPlan,
     attempt: str,
@@ -332,15 +371,11 @@ def _change(
     schema: pa.Schema | None,
 ) -> TableCommit:
     """One table's commit of the batch: its data directories placed, a replay's files replaced."""
-    tps = sorted(p.tp for p in plan.partitions if p.must_commit)
-    starts = {p.tp: p.from_offset for p in plan.partitions if p.must_commit}
     heads = {p.tp: p.until_offset for p in plan.partitions if p.must_commit}
-    exists = output.table.exists()
-    marks = output.table.marks(owner.group, tps) if exists else {tp: PartitionMark() for tp in tps}
     adds = _place(fs, output, attempt, plan)
-    replayed = [tp for tp in tps if (reach := marks[tp].reach) is not None and reach > starts[tp]]
-    removes, kept = _replaced(fs, output.table, plan, attempt, output.table.files(replayed)) if replayed else ([], [])
-    return TableCommit(owner, marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
+    old = [f for files in held.files.values() for f in files]
+    removes, kept = _replaced(fs, output.table, plan, attempt, old) if old else ([], [])
+    return TableCommit(owner, held.marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
 
 
 def _commit_change(table: TableStore, change: TableCommit) -> None:
@@ -354,7 +389,8 @@ def _commit_change(table: TableStore, change: TableCommit) -> None:
         if moved:
             raise TableConflictError(
                 f"{', '.join(map(str, moved))}: the table at {table.root} no longer holds the marks this batch read "
-                "(a member of a newer generation fenced the partitions and removed this batch's files): nothing was committed"
+                "(a member of a newer generation fenced the partitions and removed this batch's files): nothing was "
+                "committed"
             ) from None
         raise
 
@@ -422,7 +458,11 @@ def run_table_batch(
     try:
         stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
         with _timed(stages, "verify"):
-            checks = check_outputs(fs, sink, quarantine, attempt, plan)
+            pairs = ((tables.quarantine, quarantine), (tables.sink, sink))
+            held = {t.root: _Held.read(t, layout, owner, plan) for t, layout in pairs}
+            checks = check_outputs(fs, held[tables.sink.root], held[tables.quarantine.root], attempt, plan)
+        if spec.strict_replay:
+            refuse_changed(checks)
         ranges = _commit_ranges(plan, written, quarantined, checks)
         if ranges:
             with _timed(stages, "commit"):
@@ -432,7 +472,8 @@ def run_table_batch(
                     (_Output(tables.quarantine, quarantine, quarantined), spec.checker.quarantine_schema),
                     (_Output(tables.sink, sink, written), spec.checker.sink_schema if spec.transform is None else None),
                 ):
-                    pending[output.table.root] = change = _change(fs, output, owner, plan, attempt, record, schema)
+                    change = _change(fs, output, held[output.table.root], owner, plan, attempt, record, schema)
+                    pending[output.table.root] = change
                     _commit_change(output.table, change)
                     directories[output.table.root] = sorted(
                         {_abs(output.table, f.path.rsplit("/", 1)[0]) for f in change.adds}

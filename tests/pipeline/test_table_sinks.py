@@ -242,6 +242,7 @@ def test_a_replay_overwrites_exactly_the_offsets_it_reads(
     coordinator.reset_offsets(group, {tp: 5}, actor="test", reason="replay test")
     replay = run_batch(spark, spec, kafka_config, [tp], ledger)  # [5, 15): cuts [0, 10) and [10, 20)
     assert (replay.committed[0].from_offset, replay.committed[0].until_offset) == (5, 15)
+    assert replay.partitions[0].replay_changed is False  # the same output for the offsets it re-read
     assert table_offsets(spec) == [(0, i) for i in range(30)] == duckdb_offsets(spec)
     run_batch(spark, spec, kafka_config, [tp], ledger)  # [15, 25)
     assert table_offsets(spec) == [(0, i) for i in range(30)]
@@ -337,3 +338,31 @@ def test_a_transform_lands_through_spark_into_the_table(
     rows = table_arrow(spec)
     assert rows is not None and "cents" in rows.column_names
     assert str(rows.schema.field("kafka").type.field("timestamp").type).startswith("timestamp[us")
+
+
+@FORMATS
+def test_a_strict_replay_whose_output_changed_commits_nothing(
+    table_format, spark, kafka_config, topic_factory, produce_records, coordinator: Coordinator, group, lake
+) -> None:
+    from pyspark.sql import functions as F
+
+    from cohort.pipelines.replay_check import ReplayChangedError
+
+    topic = topic_factory(1)
+    tp = TopicPartition(topic, 0)
+    spec = spec_for(lake, table_format, transform=lambda frame: frame.withColumn("cents", F.col("amount") * 100))
+    produce_records(topic, [(0, None, order(i)) for i in range(10)])
+    ledger = coordinator.standalone_ledger(group)
+    run_batch(spark, spec, kafka_config, [tp], ledger)
+    coordinator.reset_offsets(group, {tp: 0}, actor="test", reason="replay test")
+    changed = dataclasses.replace(
+        spec, strict_replay=True, transform=lambda frame: frame.withColumn("cents", F.col("amount") * 1000)
+    )
+    with pytest.raises(ReplayChangedError, match=r"\[0, 10\)"):
+        run_batch(spark, changed, kafka_config, [tp], ledger)
+    rows = table_arrow(spec)
+    assert rows is not None and sorted(rows.column("cents").to_pylist()) == [100.0 * (i % 100) for i in range(10)]
+    assert coordinator.fetch_offsets(group, [tp]) == {tp: 0}
+    loose = run_batch(spark, dataclasses.replace(changed, strict_replay=False), kafka_config, [tp], ledger)
+    assert loose.partitions[0].replay_changed is True and loose.committed[0].note == "replay of [0, 10): output changed"
+    assert table_offsets(spec) == [(0, i) for i in range(10)]
