@@ -82,8 +82,9 @@ class PipelineSpec:
             delta-rs) or 'iceberg' (an Apache Iceberg table through pyiceberg's SQL catalog); the quarantine is
             a table of the same format (docs/tables.md).
         iceberg_catalog: the SQLAlchemy URL of the Iceberg SQL catalog (default: a SQLite file
-            `<sink_path>/_catalog.sqlite`; PostgreSQL for several hosts). It may hold a password: take it from
-            an environment variable; it is never shown.
+            `<sink_path>/_catalog.sqlite`; PostgreSQL for several hosts). It is never shown.
+        iceberg_catalog_env: the name of an environment variable holding that URL, read each time the catalog
+            is opened (the way to give a URL with a password: it is then in no configuration).
         iceberg_table: the Iceberg table identifier `namespace.table` (default `cohort.<last part of
             sink_path>`); the quarantine's is `<identifier>_quarantine`.
         value_format: 'json' (into `value_schema`), the Schema Registry formats 'avro', 'protobuf' and
@@ -121,6 +122,7 @@ class PipelineSpec:
     quarantine_path: str | None = None
     table_format: str = "parquet"
     iceberg_catalog: str | None = field(default=None, repr=False)
+    iceberg_catalog_env: str | None = None
     iceberg_table: str | None = None
     value_format: ValueFormat = "json"
     value_schema: StructType | str | None = None
@@ -157,7 +159,10 @@ class PipelineSpec:
             raise ValueError(f"table_format must be one of {', '.join(TABLE_FORMATS)}, got {self.table_format!r}")
         if self.table_format == "iceberg":
             self.iceberg_identifiers  # noqa: B018 (validates the identifier)
-            self.iceberg_catalog_url  # noqa: B018 (a remote sink needs a catalog URL)
+            if self.iceberg_catalog_env is None:  # an environment variable is read when the catalog is opened
+                self.iceberg_catalog_url  # noqa: B018 (a remote sink needs a catalog URL)
+            elif self.iceberg_catalog is not None:
+                raise ValueError("give iceberg_catalog or iceberg_catalog_env, not both")
         if self.registry is not None and not isinstance(self.registry, RegistryConnection):
             raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
         if self.resolved:
@@ -258,6 +263,16 @@ class PipelineSpec:
     @property
     def iceberg_catalog_url(self) -> str:
         """The Iceberg catalog's SQLAlchemy URL (the default SQLite file needs a local sink path)."""
+        if self.iceberg_catalog is not None and self.iceberg_catalog_env is not None:
+            raise ValueError("give iceberg_catalog or iceberg_catalog_env, not both")
+        if self.iceberg_catalog_env is not None:
+            url = os.environ.get(self.iceberg_catalog_env, "").strip()
+            if not url:
+                raise ValueError(
+                    f"the environment variable {self.iceberg_catalog_env!r} (iceberg_catalog_env) is not set: it "
+                    "must hold the Iceberg catalog's SQLAlchemy URL"
+                )
+            return url
         if self.iceberg_catalog is not None:
             if not self.iceberg_catalog.strip():
                 raise ValueError("iceberg_catalog must be a SQLAlchemy URL or None for the default")

@@ -444,7 +444,7 @@ def run_table_batch(
                 f"a {spec.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
             )
     fs = ArrowFs()
-    if spec.table_format == "iceberg" and spec.iceberg_catalog is None:
+    if spec.table_format == "iceberg" and spec.iceberg_catalog is None and spec.iceberg_catalog_env is None:
         fs.make_dirs(spec.sink_path)  # the default catalog is a SQLite file there
     stages: dict[str, float] = {}
     spec = resolve_readers(spec, {tp.topic for tp in partitions})

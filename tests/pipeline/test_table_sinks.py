@@ -277,7 +277,7 @@ def test_the_table_gains_a_new_nullable_field(
     assert sorted(rows.column("country").to_pylist(), key=str) == ["FR", "FR", "FR", None, None, None, None, None]
 
 
-def test_table_sink_settings_are_checked(tmp_path: Path) -> None:
+def test_table_sink_settings_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def spec(**kwargs: Any) -> PipelineSpec:
         return PipelineSpec(sink_path=str(tmp_path / "orders"), value_format="utf8", **kwargs)
 
@@ -289,6 +289,13 @@ def test_table_sink_settings_are_checked(tmp_path: Path) -> None:
         PipelineSpec(sink_path="s3://bucket/orders", value_format="utf8", table_format="iceberg")
     made = spec(table_format="iceberg", iceberg_catalog="postgresql+psycopg://u:secret@h/db")
     assert "secret" not in repr(made) and made.iceberg_identifiers == ("cohort.orders", "cohort.orders_quarantine")
+    with pytest.raises(ValueError, match="not both"):
+        spec(table_format="iceberg", iceberg_catalog="sqlite://", iceberg_catalog_env="X")
+    from_env = spec(table_format="iceberg", iceberg_catalog_env="COHORT_TEST_CATALOG_URL")
+    with pytest.raises(ValueError, match=r"'COHORT_TEST_CATALOG_URL' .* is not set"):
+        from_env.iceberg_catalog_url  # noqa: B018
+    monkeypatch.setenv("COHORT_TEST_CATALOG_URL", "postgresql+psycopg://u:secret@h/db")
+    assert from_env.iceberg_catalog_url.endswith("@h/db") and "secret" not in repr(from_env)
 
 
 @FORMATS
@@ -366,3 +373,34 @@ def test_a_strict_replay_whose_output_changed_commits_nothing(
     loose = run_batch(spark, dataclasses.replace(changed, strict_replay=False), kafka_config, [tp], ledger)
     assert loose.partitions[0].replay_changed is True and loose.committed[0].note == "replay of [0, 10): output changed"
     assert table_offsets(spec) == [(0, i) for i in range(10)]
+
+
+def test_an_iceberg_sink_with_a_postgresql_catalog_from_the_environment(
+    monkeypatch, spark, kafka_config, topic_factory, produce_records, ledger, lake, pg_url, capfd
+) -> None:
+    """The catalog several hosts share: PostgreSQL, its URL (with a password) only in an environment variable."""
+    monkeypatch.setenv("COHORT_TEST_ICEBERG_CATALOG", pg_url)
+    topic = topic_factory(2)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    spec = PipelineSpec(
+        sink_path=str(lake / "orders"),
+        table_format="iceberg",
+        iceberg_catalog_env="COHORT_TEST_ICEBERG_CATALOG",
+        iceberg_table="lake.orders",
+        value_schema=ORDER_SCHEMA,
+        model=Order,
+    )
+    produce_records(topic, records(0, 30))
+    run_batch(spark, spec, kafka_config, tps, ledger)
+    produce_records(topic, records(30, 10))
+    run_batch(spark, spec, kafka_config, tps, ledger)
+    sink, bad = expected(40)
+    assert table_offsets(spec) == sink and table_offsets(spec, quarantine=True) == bad
+    assert not (lake / "orders" / "_catalog.sqlite").exists()
+    import sqlalchemy as sa
+
+    with sa.create_engine(pg_url).connect() as conn:
+        names = {r[0] for r in conn.execute(sa.text("SELECT table_name FROM iceberg_tables"))}
+    assert names == {"orders", "orders_quarantine"}
+    password = sa.engine.make_url(pg_url).password
+    assert not password or password not in capfd.readouterr().out
