@@ -227,6 +227,27 @@ def _mirror_ranges(plan: BatchPlan, ranges: Sequence[OffsetRange], ledger: Offse
     ]
 
 
+def _mirror(
+    plan: BatchPlan,
+    ranges: Sequence[OffsetRange],
+    ledger: OffsetLedger,
+    mirror: OffsetMirror | None,
+    group: str | None,
+    run_id: str,
+) -> str | None:
+    """Copy the ledger's heads to Kafka (`_mirror_ranges`); the error, if any: the ledger's commit stands, so a
+    failed mirror is reported, not raised."""
+    if mirror is None or group is None:
+        return None
+    try:
+        heads = _mirror_ranges(plan, ranges, ledger)
+        if heads:
+            mirror.mirror(group, heads, run_id=run_id)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _partition_result(
     p: PartitionPlan,
     stats: Stats,
@@ -417,14 +438,9 @@ def run_batch(
             sink.discard_staging(fs, attempt)
             quarantine.discard_staging(fs, attempt)
     mirror_error = None
-    if mirror is not None and group is not None:
+    if mirror is not None:
         with _timed(stages, "mirror"):
-            try:
-                heads = _mirror_ranges(plan, ranges, ledger)
-                if heads:
-                    mirror.mirror(group, heads, run_id=run_id)
-            except Exception as exc:  # the ledger's commit stands: report, do not raise
-                mirror_error = f"{type(exc).__name__}: {exc}"
+            mirror_error = _mirror(plan, ranges, ledger, mirror, group, run_id)
     return BatchResult(
         run_id=run_id,
         partitions=tuple(

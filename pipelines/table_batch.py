@@ -35,7 +35,7 @@ from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.batch import (
     _commit,
     _commit_ranges,
-    _mirror_ranges,
+    _mirror,
     _partition_result,
     _stage,
     _timed,
@@ -489,14 +489,9 @@ def run_table_batch(
         sink.discard_staging(fs, attempt)
         quarantine.discard_staging(fs, attempt)
     mirror_error = None
-    if mirror is not None and group is not None:
+    if mirror is not None:
         with _timed(stages, "mirror"):
-            try:
-                heads = _mirror_ranges(plan, ranges, ledger)
-                if heads:
-                    mirror.mirror(group, heads, run_id=run_id)
-            except Exception as exc:  # the ledger's commit stands: report, do not raise
-                mirror_error = f"{type(exc).__name__}: {exc}"
+            mirror_error = _mirror(plan, ranges, ledger, mirror, group, run_id)
     return BatchResult(
         run_id=run_id,
         partitions=tuple(
