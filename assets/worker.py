@@ -363,6 +363,7 @@ def materializations(
     empty range) is not reported: the ledger records no range for it either."""
     if outcome.result is None:
         return
+    yield from _adopted_materializations(outcome, translator, run_id, sink_root)
     for part in outcome.result.partitions:
         if part.until_offset == part.from_offset and part.gap is None:
             continue
@@ -398,6 +399,44 @@ def materializations(
         )
         yield landed_materialization(
             translator, outcome.group, tp, part.records, part.quarantined, run_id, sink_root, columns
+        )
+
+
+def _adopted_materializations(
+    outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str, sink_root: str | None
+) -> Iterator[dg.AssetMaterialization]:
+    """The ranges this batch adopted into the ledger (a table sink's commit whose run died before its ledger
+    commit): reported here, as the run that read them would have reported them."""
+    assert outcome.result is not None
+    for adopted in outcome.result.adopted:
+        entry = adopted.range
+        if entry.gap_reason is not None or entry.until_offset == entry.from_offset:
+            continue
+        tp, read_by = entry.topic_partition, adopted.run_id or "unknown"
+        yield dg.AssetMaterialization(
+            asset_key=translator.get_asset_key(outcome.group, entry.topic),
+            partition=str(entry.partition),
+            description=(
+                f"{tp} [{entry.from_offset}, {entry.until_offset}) landed in the sink table by run {read_by}, which "
+                f"ended before its ledger commit; adopted into the ledger by run {run_id}"
+            ),
+            metadata=RangeMetadata(
+                topic=entry.topic,
+                partition=entry.partition,
+                from_offset=entry.from_offset,
+                until_offset=entry.until_offset,
+                records=entry.records,
+                quarantined=entry.quarantined,
+                group=outcome.group,
+                generation=outcome.generation,
+                member=outcome.member_id,
+                instance_id=outcome.instance_id,
+                run_id=read_by,
+                reported_by=run_id,
+            ).to_metadata(),
+        )
+        yield landed_materialization(
+            translator, outcome.group, tp, entry.records, entry.quarantined, read_by, sink_root
         )
 
 

@@ -59,6 +59,9 @@ BATCH_KEY = "cohort.batch"
 GROUP_KEY = "cohort.group"
 _GENERATION_SUFFIX = "/generation"
 _RELATIVE_PATH = re.compile(r"[A-Za-z0-9._=+-]+(/[A-Za-z0-9._=+-]+)*")
+_CONFIGURATION = {"delta.checkpointInterval": "10"}
+"""A checkpoint every 10 commits (delta-rs's default is 100): each mark is read by replaying the log since the
+last checkpoint, and a batch reads three marks per partition; small frequent batches pay for a long replay."""
 _MAX_STRING_STAT = 64  # longer string bounds are left out (Delta itself truncates them) to keep the log small
 _RECENT_HISTORY = 100  # commits last_batch reads before it reads the whole history
 _T = TypeVar("_T")
@@ -185,7 +188,9 @@ class DeltaTableStore:
     def _create(self, schema: pa.Schema) -> DeltaTable | None:
         """Create the table (or find it created meanwhile); None when a concurrent creation got in the way."""
         try:
-            return DeltaTable.create(self.root, schema=schema, mode="ignore", storage_options=self._options)
+            return DeltaTable.create(
+                self.root, schema=schema, mode="ignore", storage_options=self._options, configuration=_CONFIGURATION
+            )
         except CommitFailedError:
             return None
         except (DeltaError, OSError) as error:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from cohort.common.types import OffsetRange, TopicPartition
 
-__all__ = ["BatchResult", "CountMismatchError", "PartitionResult"]
+__all__ = ["AdoptedRange", "BatchResult", "CountMismatchError", "PartitionResult"]
 
 
 class CountMismatchError(RuntimeError):
@@ -53,12 +53,22 @@ class PartitionResult:
 
 
 @dataclass(frozen=True)
+class AdoptedRange:
+    """A range a table sink's commit landed and the ledger never saw, adopted into the ledger by a later batch
+    (cohort.pipelines.table_reconcile): committed by that batch's member, read by run `run_id`."""
+
+    range: OffsetRange
+    run_id: str | None
+
+
+@dataclass(frozen=True)
 class BatchResult:
     """The outcome of `run_batch`: what was read, written and committed.
 
-    `committed` are the ranges the ledger accepted (gaps included); `mirror_error` is set when the Kafka
-    mirror failed after the ledger commit (the ledger's commit stands). `stage_seconds` holds wall-clock
-    time per stage: plan, then either read_and_write (the tasks read, check and write both outputs) or
+    `committed` are the ranges the ledger accepted (gaps included), `adopted` the ranges of a table sink's
+    commit the ledger never saw, adopted before the batch read (reported like committed ones); `mirror_error`
+    is set when the Kafka mirror failed after the ledger commit (the ledger's commit stands). `stage_seconds`
+    holds wall-clock time per stage: plan, then either read_and_write (the tasks read, check and write both outputs) or
     read (read + decode + validate, materialized once), write (the sink through Spark) and quarantine
     (only when records failed); then verify, publish, commit, mirror.
     """
@@ -70,6 +80,7 @@ class BatchResult:
     quarantine_dirs: tuple[str, ...] = ()
     stage_seconds: Mapping[str, float] = field(default_factory=dict)
     mirror_error: str | None = None
+    adopted: tuple[AdoptedRange, ...] = ()
 
     @property
     def records(self) -> int:

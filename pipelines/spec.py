@@ -86,7 +86,8 @@ class PipelineSpec:
         iceberg_catalog_env: the name of an environment variable holding that URL, read each time the catalog
             is opened (the way to give a URL with a password: it is then in no configuration).
         iceberg_table: the Iceberg table identifier `namespace.table` (default `cohort.<last part of
-            sink_path>`); the quarantine's is `<identifier>_quarantine`.
+            sink_path>`, other characters than letters, digits and _ made _); the quarantine's is
+            `<identifier>_quarantine`.
         value_format: 'json' (into `value_schema`), the Schema Registry formats 'avro', 'protobuf' and
             'json-schema', 'utf8' (a string `value`), or 'bytes' / 'raw' (the value as it is).
         value_schema: the reader schema: a Spark StructType (required for 'json'); for 'avro' also an Avro
@@ -284,7 +285,8 @@ class PipelineSpec:
     @property
     def iceberg_identifiers(self) -> tuple[str, str]:
         """(sink table, quarantine table) identifiers, `namespace.table`, checked."""
-        name = self.iceberg_table or f"cohort.{self.sink_path.rstrip('/').rsplit('/', 1)[-1]}"
+        last = re.sub(r"[^A-Za-z0-9_]", "_", self.sink_path.rstrip("/").rsplit("/", 1)[-1])
+        name = self.iceberg_table or f"cohort.{last if _IDENTIFIER.fullmatch(last) else f't_{last}'}"
         parts = name.split(".")
         if len(parts) != 2 or not all(_IDENTIFIER.fullmatch(part) for part in parts):
             raise ValueError(

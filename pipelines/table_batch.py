@@ -12,9 +12,10 @@ tasks write both outputs into `<table>/_staging/<attempt>/`. What differs is how
 3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`,
    invisible to readers until a commit references it. A replay removes the files holding the offsets it re-read
    (those it cuts are rewritten without them) in the same commit.
-4. The quarantine table commits, then the sink table: each one atomic commit that also moves the partitions'
-   marks with a compare-and-set (cohort.pipelines.table_store), so a zombie fenced in the table, or a second
-   attempt of a commit that landed, changes nothing.
+4. The quarantine table commits (when the batch quarantined or replaced something there), then the sink table:
+   each one atomic commit that also moves the partitions' marks with a compare-and-set
+   (cohort.pipelines.table_store), so a zombie fenced in the table, or a second attempt of a commit that
+   landed, changes nothing.
 5. The ledger commit, then the Kafka mirror. A ledger commit that fails after the sink commit leaves a table
    commit the ledger never saw: the next batch of the partition adopts it (step 1).
 """
@@ -45,7 +46,7 @@ from cohort.pipelines.plan import BatchPlan
 from cohort.pipelines.positions import RangeLedger
 from cohort.pipelines.readers import resolve_readers
 from cohort.pipelines.replay_check import check_outputs, refuse_changed
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.results import AdoptedRange, BatchResult
 from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, problems, reconcile_partition
@@ -449,7 +450,8 @@ def run_table_batch(
     stages: dict[str, float] = {}
     spec = resolve_readers(spec, {tp.topic for tp in partitions})
     with _timed(stages, "reconcile"):
-        reconcile_tables(ledger, tables, owner, partitions)
+        decisions = reconcile_tables(ledger, tables, owner, partitions)
+    adopted = tuple(AdoptedRange(r, d.adopt_run) for _, d in sorted(decisions.items()) for r in d.adopt)
     with _timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
@@ -473,6 +475,9 @@ def run_table_batch(
                     (_Output(tables.sink, sink, written), spec.checker.sink_schema if spec.transform is None else None),
                 ):
                     change = _change(fs, output, held[output.table.root], owner, plan, attempt, record, schema)
+                    if output.table is tables.quarantine and not (change.adds or change.removes):
+                        directories[output.table.root] = []  # nothing quarantined, nothing replaced: no commit
+                        continue
                     pending[output.table.root] = change
                     _commit_change(output.table, change)
                     directories[output.table.root] = sorted(
@@ -502,4 +507,5 @@ def run_table_batch(
         quarantine_dirs=tuple(directories.get(tables.quarantine.root, ())),
         stage_seconds=stages,
         mirror_error=mirror_error,
+        adopted=adopted,
     )

@@ -7,9 +7,10 @@ fenced) between two of these steps leaves the tables ahead of the ledger, never 
 - the sink table's head beyond the ledger's: the sink commit landed and the ledger never saw it. Its commit
   metadata holds the ledger ranges it landed (gaps included, with their counts and run): they are **adopted**
   into the ledger, as the run would have committed them; nothing is read or written twice;
-- the quarantine table's head beyond the sink table's: the quarantine commit landed and the sink commit did not.
-  Its files beyond the sink's head are **rolled back** (removed in one commit): the next batch reads those
-  offsets again;
+- the quarantine table's head beyond the furthest offset the sink table ever reached: the quarantine commit
+  landed and the sink commit did not. Its files beyond that offset are **rolled back** (removed in one commit):
+  the next batch reads those offsets again. (A batch whose quarantine output is empty makes no quarantine
+  commit, so the quarantine's head may lag the sink's; it never passes it but this way);
 - a table's generation older than the member's: the member **fences** the partition (its generation in the
   table), so a zombie of an older generation that still holds staged files is refused by the table.
 
@@ -128,7 +129,8 @@ def reconcile_partition(
             )
     roll_back = None
     if quarantine.head is not None and not ledger.after_reset:
-        floor = head if head is not None else ledger.head
+        reached = [x for x in (head, sink.reach) if x is not None]
+        floor = max(reached) if reached else ledger.head
         if floor is None or quarantine.head > floor:
             roll_back = floor if floor is not None else 0
     return Reconcile(tp, adopt, run, fence_sink, fence_quarantine, roll_back)

@@ -1,12 +1,27 @@
-"""The SIGKILL matrix's fault points, assignors and scenario description: plain data, no heavy imports, so the
-victim process (`tests.reliability.fault_worker`) can start its Spark JVM before it imports Dagster."""
+"""The SIGKILL matrix's fault points, assignors, sink formats and scenario description: plain data, no heavy
+imports, so the victim process (`tests.reliability.fault_worker`) can start its Spark JVM before it imports Dagster.
+
+`POINTS` are the Parquet sink's; `TABLE_POINTS` those of a table sink (Delta Lake, Iceberg), whose batch commits
+the quarantine table, the sink table, the ledger and Kafka in that order (cohort.pipelines.table_batch)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
 
-__all__ = ["ASSIGNORS", "POINTS", "SPARK_CONF", "SPARK_MASTER", "FaultPoint", "FaultScenario"]
+__all__ = [
+    "ASSIGNORS",
+    "POINTS",
+    "SINK_FORMATS",
+    "SPARK_CONF",
+    "SPARK_MASTER",
+    "TABLE_FORMATS",
+    "TABLE_POINTS",
+    "FaultPoint",
+    "FaultScenario",
+    "fault_point",
+    "points_for",
+]
 
 
 @dataclass(frozen=True)
@@ -28,11 +43,41 @@ POINTS: tuple[FaultPoint, ...] = (
     FaultPoint("after-mirror", "after the Kafka mirror, before the materialization events"),
     FaultPoint("heartbeat", "while heartbeating (batch running)"),
 )
+_SHARED = {p.key: p for p in POINTS if p.key in {"after-commit", "after-mirror"}}
+TABLE_POINTS: tuple[FaultPoint, ...] = (
+    FaultPoint("after-stage", "after staging, before the quarantine table commit"),
+    FaultPoint("after-quarantine-commit", "after the quarantine table commit, before the sink table commit"),
+    FaultPoint("after-table-commit", "after the sink table commit, before the ledger commit"),
+    _SHARED["after-commit"],
+    _SHARED["after-mirror"],
+)
+"""A table sink's points: the batch's two table commits, then the ledger and the mirror as for Parquet."""
+TABLE_FORMATS: tuple[str, ...] = ("delta", "iceberg")
+SINK_FORMATS: tuple[str, ...] = ("parquet", *TABLE_FORMATS)
+"""`PipelineSpec.table_format` values a scenario runs with (Iceberg: the default SQLite catalog in the sink)."""
 ASSIGNORS: tuple[str, ...] = ("sticky", "cooperative-sticky")
 """The eager and the cooperative assignor."""
 SPARK_MASTER = "local[2]"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2"}
 """The scenarios' Spark resource (the victim's own JVM; the harness's session for everything else)."""
+
+
+def points_for(table_format: str) -> tuple[FaultPoint, ...]:
+    """The fault points of a sink format: the Parquet sink's, or a table sink's."""
+    if table_format == "parquet":
+        return POINTS
+    if table_format in TABLE_FORMATS:
+        return TABLE_POINTS
+    raise ValueError(f"unknown sink format {table_format!r}; known: {list(SINK_FORMATS)}")
+
+
+def fault_point(key: str, table_format: str = "parquet") -> FaultPoint:
+    """The point `key` of a sink format; ValueError naming the known ones."""
+    points = points_for(table_format)
+    for point in points:
+        if point.key == key:
+            return point
+    raise ValueError(f"unknown fault point {key!r} for a {table_format} sink; known: {[p.key for p in points]}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +95,7 @@ class FaultScenario:
     marker: str
     victim_slot: int = 1
     survivor_slot: int = 2
+    table_format: str = "parquet"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -13,6 +13,7 @@ own: the kill there targets the victim's group (passed in by value), then the wo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tests.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, FaultScenario
+from tests.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, TABLE_POINTS, FaultScenario
 
 __all__ = ["die", "install", "main"]
 
@@ -64,6 +65,45 @@ class _KillOnMirror:
         self._kill()
 
 
+class _KillingTable:
+    """One table store of the batch (the sink's or the quarantine's), killing the process on entry to, or on
+    return from, the `commit` of a batch (`change.batch` set); a fence or a roll-back (no batch) goes through.
+    Everything else is the real store's."""
+
+    def __init__(self, table: Any, kill: Callable[[], NoReturn], *, before: bool) -> None:
+        self._table, self._kill, self._before = table, kill, before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    def commit(self, change: Any) -> None:
+        if change.batch is not None and self._before:
+            self._kill()
+        self._table.commit(change)
+        if change.batch is not None and not self._before:
+            self._kill()
+
+
+_TABLE_KILLS = {
+    "after-stage": ("quarantine", True),
+    "after-quarantine-commit": ("quarantine", False),
+    "after-table-commit": ("sink", False),
+}
+"""Table points: which store of `open_tables`' pair kills, and whether before its commit (else after it)."""
+
+
+def _killing_open_tables(original: Callable[..., Any], point: str, kill: Callable[[], NoReturn]) -> Callable[..., Any]:
+    """`cohort.pipelines.table_batch.open_tables` whose pair kills at a table point (`_TABLE_KILLS`)."""
+    which, before = _TABLE_KILLS[point]
+
+    def open_tables(spec: Any) -> Any:
+        pair = original(spec)
+        killing = _KillingTable(getattr(pair, which), kill, before=before)
+        return dataclasses.replace(pair, **{which: killing})
+
+    return open_tables
+
+
 def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[], NoReturn]) -> Callable[..., Any]:
     """`cohort.pipelines.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
 
@@ -86,6 +126,11 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     after-sync: `GroupMember.join` returning (the assignment received, nothing planned or read);
     mid-read: the executor-side `read_range`, after its first batch;
     after-write: the ledger's `commit`, on entry (the outputs are staged, nothing is published);
+    after-stage (table sinks): the quarantine table's `commit` of the batch, on entry (both outputs staged, the
+        quarantine's files placed in its data directories, no table commit);
+    after-quarantine-commit (table sinks): the quarantine table's `commit` of the batch, on return (the sink
+        table's commit not made);
+    after-table-commit (table sinks): the sink table's `commit` of the batch, on return (no ledger commit);
     after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
     after-mirror: `cohort.assets.group_batch.materializations`, on entry (ledger and Kafka agree, nothing logged);
     heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.
@@ -93,7 +138,7 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     from cohort.assets import group_batch
     from cohort.assignment.coordinator import Coordinator
     from cohort.assignment.member import GroupMember
-    from cohort.pipelines import batch, reader
+    from cohort.pipelines import batch, reader, table_batch
 
     pgid = os.getpgid(0)
     kill = functools.partial(die, marker, point, pgid)
@@ -117,6 +162,8 @@ def install(point: str, marker: str) -> Callable[..., Any]:
             kill()
 
         GroupMember.join = join_then_die  # type: ignore[method-assign]
+    elif point in _TABLE_KILLS:  # the table batch opens its stores through `open_tables`, fences and all
+        table_batch.open_tables = _killing_open_tables(table_batch.open_tables, point, kill)
     elif point == "mid-read":
         reader.read_range = _killing_read_range(reader.read_range, kill)
     elif point == "after-mirror":
@@ -132,7 +179,7 @@ def install(point: str, marker: str) -> Callable[..., Any]:
 
         Coordinator.heartbeat = heartbeat_then_die  # type: ignore[method-assign]
     elif point not in {"after-write", "after-commit"}:
-        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in POINTS]}")
+        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in (*POINTS, *TABLE_POINTS)]}")
     return runner
 
 
@@ -140,7 +187,7 @@ def _start_spark_early(point: str) -> None:
     """Start this process's Spark on a thread before the heavy imports and the join (a victim that reads
     needs its own JVM; starting it while the slot joins saves the scenario that time). The run's
     `SparkResource.get_session()` then gets this session: the same settings, the product's defaults."""
-    if not next(p for p in POINTS if p.key == point).reads:
+    if not next(p for p in (*POINTS, *TABLE_POINTS) if p.key == point).reads:
         return
 
     # Imported here, not on the thread: two threads importing pyspark at once meet its modules half-initialised.

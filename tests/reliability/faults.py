@@ -18,7 +18,13 @@ One scenario, for a fault point and an assignor:
    sync, it rejoins and gets every partition), then the requested rerun runs in-process;
 6. the audit (`tests.reliability.outcome.audit_delivery`): records lost and duplicated in the sink and
    quarantine, ledger contiguous up to the produced count, Kafka's committed offsets = ledger, ledger =
-   materializations.
+   materializations; then `cohort audit` (`cohort.cli.audit.audit_group`, in-process, Kafka compared), whose
+   findings the report keeps.
+
+The sink is Parquet (range directories) or, with `table_format`, a Delta Lake or Iceberg table (Iceberg: the
+default SQLite catalog under the sink path). A table scenario dies at one of `TABLE_POINTS` (its two table
+commits, then the ledger and the mirror), and its outputs are read with the table format's own reader (and the
+sink table again with DuckDB), never by globbing Parquet files.
 
 `recovered_s` is wall time from the kill (the victim's marker) to the end of the last recovery run. The
 ManualClock replaces the session-timeout wait and the sensor's interval, which a deployment adds on top.
@@ -30,6 +36,7 @@ the survivor, the rerun and the audit), the SQLite coordinator store, Dagster's 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -55,18 +62,35 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
 from cohort.resources.group import CohortGroupResource
 from tests.dagster.support import VALUE_SCHEMA, json_records, wait_for
-from tests.reliability.fault_points import ASSIGNORS, POINTS, SPARK_CONF, SPARK_MASTER, FaultPoint, FaultScenario
-from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets
+from tests.reliability.fault_points import (
+    ASSIGNORS,
+    POINTS,
+    SINK_FORMATS,
+    SPARK_CONF,
+    SPARK_MASTER,
+    TABLE_FORMATS,
+    TABLE_POINTS,
+    FaultPoint,
+    FaultScenario,
+    fault_point,
+    points_for,
+)
+from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets, table_offsets
 
 __all__ = [
     "ASSIGNORS",
     "PARTITIONS",
     "POINTS",
     "RECORDS",
+    "SINK_FORMATS",
+    "TABLE_FORMATS",
+    "TABLE_POINTS",
     "FaultPoint",
     "FaultReport",
     "FaultScenario",
     "Leftovers",
+    "cohort_audit",
+    "points_for",
     "run_fault_scenario",
     "scenario_definitions",
 ]
@@ -84,7 +108,13 @@ def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
     """The group's configuration. Only the initial rebalance delay differs between the processes: the
     victim's first join waits for the survivor; the recovery runs, which join an emptied group, do not wait.
     The session timeout is long, so only the sensor's ManualClock expires anyone."""
-    spec = PipelineSpec(sink_path=scenario.sink, value_format="json", value_schema=VALUE_SCHEMA, consume_batch_size=10)
+    spec = PipelineSpec(
+        sink_path=scenario.sink,
+        value_format="json",
+        value_schema=VALUE_SCHEMA,
+        consume_batch_size=10,
+        table_format=scenario.table_format,
+    )
     return CohortConfig(
         CohortGroupResource(
             group=scenario.group,
@@ -131,7 +161,11 @@ def open_instance(scenario: FaultScenario) -> dg.DagsterInstance:
 
 @dataclass(frozen=True)
 class Leftovers:
-    """What the killed victim left behind, before any recovery: proves where the kill hit."""
+    """What the killed victim left behind, before any recovery: proves where the kill hit.
+
+    `in_sink` and `in_quarantine` are rows per partition (a table sink's read with its format's reader);
+    `sink_heads` and `quarantine_heads` a table sink's per-partition head marks (None: never committed; empty
+    for Parquet); `victim_assigned` the victim's partitions in the group's assignment when it died."""
 
     marker_point: str
     exit_code: int | None
@@ -143,11 +177,20 @@ class Leftovers:
     kafka: Mapping[TopicPartition, int | None]
     in_sink: Mapping[TopicPartition, int]
     victim_materializations: int
+    in_quarantine: Mapping[TopicPartition, int] = field(default_factory=dict)
+    sink_heads: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    quarantine_heads: Mapping[TopicPartition, int | None] = field(default_factory=dict)
+    victim_assigned: tuple[TopicPartition, ...] = ()
 
     @property
     def committed(self) -> dict[TopicPartition, int]:
         """Partitions with a ledger commit and their committed offsets."""
         return {tp: offset for tp, offset in self.ledger.items() if offset is not None}
+
+    def in_table(self, quarantine: bool = False) -> dict[TopicPartition, int]:
+        """A table sink's partitions with a head mark in the sink (or quarantine) table, and their heads."""
+        heads = self.quarantine_heads if quarantine else self.sink_heads
+        return {tp: head for tp, head in heads.items() if head is not None}
 
 
 @dataclass(frozen=True)
@@ -163,6 +206,10 @@ class FaultReport:
     rerun_ok: bool
     final_state: str
     timings: Mapping[str, float] = field(default_factory=dict)
+    cohort_audit_ok: bool | None = None
+    """What `cohort audit GROUP --json` (Kafka compared) said after recovery: True when it found nothing."""
+    cohort_audit: Mapping[str, Any] = field(default_factory=dict)
+    """Its JSON answer (per partition: ledger, Kafka, sink and quarantine directories, problems)."""
 
 
 def _start_victim(scenario: FaultScenario, log: Path) -> subprocess.Popen[bytes]:
@@ -243,12 +290,56 @@ def _members_by_slot(coordinator: Coordinator, config: CohortConfig) -> dict[int
     }
 
 
-def _sink_counts(spark: Any, sink: str) -> dict[TopicPartition, int]:
+def _counts(rows: list[tuple[str, int, int]]) -> dict[TopicPartition, int]:
     counts: dict[TopicPartition, int] = {}
-    for topic, partition, _offset in sink_offsets(spark, sink):
+    for topic, partition, _offset in rows:
         tp = TopicPartition(topic, partition)
         counts[tp] = counts.get(tp, 0) + 1
     return counts
+
+
+def _output_counts(spark: Any, spec: PipelineSpec) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Rows per partition in the sink and in the quarantine: Parquet read with Spark, a table with its reader."""
+    if spec.table_format == "parquet":
+        return _counts(sink_offsets(spark, spec.sink_path)), _counts(sink_offsets(spark, spec.quarantine_root))
+    return _counts(table_offsets(spec)), _counts(table_offsets(spec, quarantine=True))
+
+
+def _table_heads(
+    spec: PipelineSpec, group: str, tps: list[TopicPartition]
+) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
+    """A table sink's head marks per partition in the sink and the quarantine table (the store's API)."""
+    if spec.table_format == "parquet":
+        return {}, {}
+    from cohort.pipelines.table_batch import open_tables
+
+    tables = open_tables(spec)
+    sink, quarantine = (
+        {tp: mark.head for tp, mark in table.marks(group, tps).items()} for table in (tables.sink, tables.quarantine)
+    )
+    return sink, quarantine
+
+
+def _audit_findings(answer: Mapping[str, Any]) -> tuple[str, ...]:
+    """`cohort audit`'s findings, one line each."""
+    return tuple(
+        f"cohort audit: {part['topic']}-{part['partition']} {found['where']}: {found['problem']}"
+        for part in answer.get("partitions", [])
+        for found in part.get("problems", [])
+    )
+
+
+def cohort_audit(coordinator: Coordinator, scenario: FaultScenario) -> tuple[bool, dict[str, Any]]:
+    """`cohort audit GROUP --sink SINK --bootstrap-servers ... --json`, in-process (`audit_group`, the sink's
+    format detected as the command does): whether it found nothing, and its JSON answer."""
+    from cohort.cli.audit import SinkTarget, audit_group
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        clean = audit_group(
+            coordinator, scenario.group, SinkTarget(scenario.sink), scenario.bootstrap, repair=False, as_json=True
+        )
+    return clean, json.loads(out.getvalue())
 
 
 class _ScenarioRun:
@@ -257,6 +348,8 @@ class _ScenarioRun:
     def __init__(self, scenario: FaultScenario, workdir: Path) -> None:
         self.scenario = scenario
         self.config = scenario_config(scenario, victim=False)
+        assert self.config.pipeline is not None
+        self.spec: PipelineSpec = self.config.pipeline
         self.coordinator = Coordinator.from_url(scenario.store_url)
         self.kafka = KafkaResource(bootstrap_servers=scenario.bootstrap)
         self.instance = open_instance(scenario)
@@ -327,6 +420,8 @@ class _ScenarioRun:
         records = self.instance.get_records_for_run(
             self.victim_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
         ).records
+        in_sink, in_quarantine = _output_counts(spark, self.spec)
+        sink_heads, quarantine_heads = _table_heads(self.spec, self.scenario.group, tps)
         return float(killed["at"]), Leftovers(
             marker_point=str(killed["point"]),
             exit_code=exit_code,
@@ -336,8 +431,12 @@ class _ScenarioRun:
             victim_synced=bool(victim is not None and victim.synced),
             ledger=self.coordinator.fetch_offsets(self.scenario.group, tps),
             kafka=self.kafka.committed_offsets(self.scenario.group, tps),
-            in_sink=_sink_counts(spark, self.scenario.sink),
+            in_sink=in_sink,
             victim_materializations=len(records),
+            in_quarantine=in_quarantine,
+            sink_heads=sink_heads,
+            quarantine_heads=quarantine_heads,
+            victim_assigned=tuple(sorted(victim.assigned)) if victim is not None else (),
         )
 
     def recover_through_sensor(self) -> list[dg.RunRequest]:
@@ -401,6 +500,7 @@ class _ScenarioRun:
             group=self.scenario.group,
             kafka=self.kafka,
             instance=self.instance,
+            spec=self.spec,
         )
 
     def close(self) -> None:
@@ -423,13 +523,14 @@ def run_fault_scenario(
     spark: Any,
     workdir: Path,
     name: str | None = None,
+    table_format: str = "parquet",
 ) -> FaultReport:
-    """Run one scenario (see the module doc) in `workdir`; raises AssertionError if the fault never hit."""
-    label = next((p.label for p in POINTS if p.key == point), None)
-    if label is None:
-        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in POINTS]}")
+    """Run one scenario (see the module doc) in `workdir` with a `table_format` sink ("parquet", "delta" or
+    "iceberg"; `point` one of `points_for(table_format)`); raises AssertionError if the fault never hit."""
+    label = fault_point(point, table_format).label
     kind = "coop" if assignor.startswith("cooperative") else "eager"
-    name = name or f"{point}-{kind}-{time.monotonic_ns() % 10**8}"
+    sink = "" if table_format == "parquet" else f"{table_format}-"
+    name = name or f"{sink}{point}-{kind}-{time.monotonic_ns() % 10**8}"
     (workdir / "dagster").mkdir(parents=True, exist_ok=True)
     config = {"bootstrap.servers": bootstrap}
     topic = f"fault-{name}"
@@ -445,6 +546,7 @@ def run_fault_scenario(
         assignor=assignor,
         point=point,
         marker=str(workdir / "killed.json"),
+        table_format=table_format,
     )
     run = _ScenarioRun(scenario, workdir)
     try:
@@ -455,6 +557,7 @@ def run_fault_scenario(
         recovered_at = time.time()
         audit = run.audit(spark)
         final_state = run.coordinator.describe_group(scenario.group).state.value
+        audit_clean, audit_answer = cohort_audit(run.coordinator, scenario)
     finally:
         run.close()
     outcome = FaultOutcome(
@@ -465,7 +568,8 @@ def run_fault_scenario(
         lost=audit.lost,
         duplicated=audit.duplicated,
         recovered_s=recovered_at - killed_at,
-        problems=audit.problems,
+        problems=audit.problems + _audit_findings(audit_answer),
+        sink=table_format,
     )
     return FaultReport(
         outcome=outcome,
@@ -477,4 +581,6 @@ def run_fault_scenario(
         rerun_ok=rerun_ok,
         final_state=final_state,
         timings=run.timings,
+        cohort_audit_ok=audit_clean,
+        cohort_audit=audit_answer,
     )

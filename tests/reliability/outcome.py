@@ -1,10 +1,11 @@
 """What a fault scenario leaves behind, measured the same way for every fault (SIGKILL, SIGSTOP, broker).
 
-`audit_delivery` reads the sink and the quarantine back with Spark and compares them with what was
-produced (every offset of every partition, 0 .. count-1): records lost, records written twice; then
-audits the ledger against Kafka's committed offsets (and, given a Dagster instance, against the
-materializations) with `cohort.assets.audit.gather_audits`. `FaultOutcome` is one row of
-benchmarks/RELIABILITY.md.
+`audit_delivery` reads the sink and the quarantine back and compares them with what was produced (every
+offset of every partition, 0 .. count-1): records lost, records written twice; then audits the ledger against
+Kafka's committed offsets (and, given a Dagster instance, against the materializations) with
+`cohort.assets.audit.gather_audits`. A Parquet sink is read with Spark; a table sink (Delta Lake, Iceberg) with
+its format's own reader (tests.support.tables), and its sink table counted a second time by DuckDB over the
+table's Arrow data. `FaultOutcome` is one row of benchmarks/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from pyspark.sql import functions as F
 from cohort.assets.audit import PartitionAudit, gather_audits
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assignment.coordinator import Coordinator
+from cohort.pipelines.spec import PipelineSpec
 
-__all__ = ["DeliveryAudit", "FaultOutcome", "audit_delivery", "sink_offsets"]
+__all__ = [
+    "DeliveryAudit",
+    "FaultOutcome",
+    "audit_delivery",
+    "duckdb_table_offsets",
+    "sink_offsets",
+    "table_offsets",
+]
 
 
 @dataclass(frozen=True)
@@ -32,11 +41,17 @@ class DeliveryAudit:
     lost: int
     duplicated: int
     problems: tuple[str, ...]
+    reader: str = "spark"
+    """What read the outputs: "spark" (Parquet) or the table format's own reader ("deltalake", "pyiceberg")."""
+    duckdb_lost: int | None = None
+    duckdb_duplicated: int | None = None
+    """A table sink's lost and duplicated counted again with the sink table's rows as DuckDB reads them."""
 
     @property
     def ok(self) -> bool:
         """Nothing lost, nothing twice, ledger contiguous and equal to Kafka's committed offsets."""
-        return self.lost == 0 and self.duplicated == 0 and not self.problems
+        recount = (self.duckdb_lost or 0, self.duckdb_duplicated or 0)
+        return self.lost == 0 and self.duplicated == 0 and recount == (0, 0) and not self.problems
 
 
 @dataclass(frozen=True)
@@ -51,12 +66,20 @@ class FaultOutcome:
     duplicated: int
     recovered_s: float
     problems: tuple[str, ...] = ()
+    sink: str = "parquet"  # the sink's format: "parquet", "delta" or "iceberg"
 
     def row(self) -> str:
         """The markdown table row."""
         return (
             f"| {self.fault} | {self.point} | {self.assignor} | {self.produced} | {self.lost} | {self.duplicated} "
             f"| {self.recovered_s:.1f} |"
+        )
+
+    def sink_row(self) -> str:
+        """The markdown table row with the sink's format first (the table sinks' matrix)."""
+        return (
+            f"| {self.sink} | {self.fault} | {self.point} | {self.assignor} | {self.produced} | {self.lost} "
+            f"| {self.duplicated} | {self.recovered_s:.1f} |"
         )
 
 
@@ -72,6 +95,42 @@ def sink_offsets(spark: Any, path: str) -> list[tuple[str, int, int]]:
     return [(str(t), int(p), int(o)) for t, p, o in coordinates]
 
 
+def table_offsets(spec: PipelineSpec, *, quarantine: bool = False) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row of a table sink's sink (or quarantine) table, read with the
+    format's own reader (deltalake, pyiceberg); none if the table does not exist."""
+    from tests.support.tables import table_arrow
+
+    table = table_arrow(spec, quarantine=quarantine)
+    if table is None or table.num_rows == 0:
+        return []
+    kafka = table.column("kafka").combine_chunks()
+    columns = (kafka.field(name).to_pylist() for name in ("topic", "partition", "offset"))
+    return [(str(t), int(p), int(o)) for t, p, o in zip(*columns, strict=True)]
+
+
+def duckdb_table_offsets(spec: PipelineSpec) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row of a table sink's sink table, as DuckDB reads the table's Arrow
+    data (`tests.support.tables.duckdb_offsets`, with the topic)."""
+    import duckdb
+
+    from tests.support.tables import table_arrow
+
+    table = table_arrow(spec)
+    if table is None:
+        return []
+    con: Any = duckdb.connect()
+    try:
+        con.register("t", table)
+        rows = con.execute("SELECT kafka.topic, kafka.partition, kafka.offset FROM t").fetchall()
+    finally:
+        con.close()
+    return [(str(t), int(p), int(o)) for t, p, o in rows]
+
+
+def _lost_and_duplicated(rows: list[tuple[str, int, int]], expected: set[tuple[str, int, int]]) -> tuple[int, int]:
+    return len(expected - set(rows)), len(rows) - len(set(rows))
+
+
 def audit_delivery(
     spark: Any,
     *,
@@ -82,20 +141,36 @@ def audit_delivery(
     group: str,
     kafka: Any,
     instance: Any = None,
+    spec: PipelineSpec | None = None,
 ) -> DeliveryAudit:
     """Audit one group's delivery of `produced` ({topic: {partition: records produced}}, offsets from 0).
 
     `kafka` is a `resources.KafkaResource`. With a Dagster `instance`, the ledger is also compared with the
     materializations (a committed range without one is a problem); without, only ledger contiguity and
-    Kafka's committed offsets are checked.
+    Kafka's committed offsets are checked. With the `spec` of a table sink (`table_format` delta or iceberg),
+    the sink and quarantine tables are read with the format's reader (`sink` and `quarantine` are then the
+    spec's), and lost and duplicated are counted a second time with DuckDB's reading of the sink table.
     """
-    quarantine = quarantine or f"{sink.rstrip('/')}/_quarantine"
-    sink_rows, quarantine_rows = (sink_offsets(spark, path) for path in (sink, quarantine))
+    expected = {(t, p, o) for t, parts in produced.items() for p, n in parts.items() for o in range(n)}
+    problems: list[str] = []
+    duckdb_counts: tuple[int | None, int | None] = (None, None)
+    if spec is not None and spec.table_format != "parquet":
+        reader = "deltalake" if spec.table_format == "delta" else "pyiceberg"
+        sink_rows, quarantine_rows = table_offsets(spec), table_offsets(spec, quarantine=True)
+        by_duckdb = duckdb_table_offsets(spec)
+        duckdb_counts = _lost_and_duplicated(by_duckdb + quarantine_rows, expected)
+        if sorted(by_duckdb) != sorted(sink_rows):
+            problems.append(
+                f"DuckDB reads {len(by_duckdb)} rows in the sink table, {reader} {len(sink_rows)}: they differ"
+            )
+    else:
+        reader = "spark"
+        quarantine = quarantine or f"{sink.rstrip('/')}/_quarantine"
+        sink_rows, quarantine_rows = (sink_offsets(spark, path) for path in (sink, quarantine))
     rows = sink_rows + quarantine_rows
     total, in_sink = len(rows), len(sink_rows)
     distinct = set(rows)
-    expected = {(t, p, o) for t, parts in produced.items() for p, n in parts.items() for o in range(n)}
-    problems: list[str] = [f"unexpected record {r} in the output" for r in sorted(distinct - expected)[:5]]
+    problems += [f"unexpected record {r} in the output" for r in sorted(distinct - expected)[:5]]
     translator = DagsterCohortTranslator()
     audits: list[PartitionAudit] = []
     for topic, parts in produced.items():
@@ -112,6 +187,9 @@ def audit_delivery(
         lost=len(expected - distinct),
         duplicated=total - len(distinct),
         problems=tuple(problems),
+        reader=reader,
+        duckdb_lost=duckdb_counts[0],
+        duckdb_duplicated=duckdb_counts[1],
     )
 
 
