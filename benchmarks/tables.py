@@ -225,16 +225,20 @@ def check_sink(spec: PipelineSpec, expected: int, what: str) -> None:
 def table_history(spec: PipelineSpec) -> str:
     """The sink and quarantine tables' history: versions (Delta) or snapshots and metadata (Iceberg), data files."""
     if spec.table_format == "delta":
-        delta, quarantine = DeltaTable(spec.sink_path), DeltaTable(spec.quarantine_root)
+        delta = DeltaTable(spec.sink_path)
         checkpoints = [name for name in os.listdir(f"{spec.sink_path}/_delta_log") if ".checkpoint." in name]
-        return (
-            f"sink version {delta.version()}, {len(delta.file_uris())} files, {len(checkpoints)} checkpoints; "
-            f"quarantine version {quarantine.version()}, {len(quarantine.file_uris())} files"
-        )
+        text = f"sink version {delta.version()}, {len(delta.file_uris())} files, {len(checkpoints)} checkpoints; "
+        if not DeltaTable.is_deltatable(spec.quarantine_root):
+            return text + "no quarantine table (nothing quarantined)"
+        quarantine = DeltaTable(spec.quarantine_root)
+        return text + f"quarantine version {quarantine.version()}, {len(quarantine.file_uris())} files"
     if spec.table_format == "iceberg":
         catalog = SqlCatalog("cohort", uri=spec.iceberg_catalog_url, warehouse=f"file://{spec.sink_path}")
         parts = []
         for name, identifier in zip(("sink", "quarantine"), spec.iceberg_identifiers, strict=True):
+            if not catalog.table_exists(identifier):
+                parts.append(f"no {name} table")
+                continue
             table = catalog.load_table(identifier)
             metadata = table.metadata_location.removeprefix("file://")
             size = os.path.getsize(metadata) if os.path.exists(metadata) else -1
