@@ -7,8 +7,8 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 Guarantees (docs/guarantees.md):
 
 - each range is read from Kafka once, by a Spark task that also decodes and validates its records
-  (cohort.pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition, in
-  a Spark accumulator);
+  (cohort.pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition) and
+  hand the figures to Spark as rows of their frame (cohort.pipelines.reader.stats_row), which the batch collects;
 - with no transform, and a sink pyarrow can write, the tasks write the sink and quarantine rows
   themselves (cohort.pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
   rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
@@ -25,6 +25,14 @@ Guarantees (docs/guarantees.md):
   other planned partition (so Kafka catches up with a commit whose mirror never ran); its failure is
   reported in the result, never raised.
 
+The session may be classic or Spark Connect (`SparkSession.builder.remote("sc://...")`): the data path uses
+DataFrames, SQL settings, caching, Observations and Python tasks only, never a SparkContext or the driver's
+JVM. What a Spark Connect client cannot do is refused before anything is read (`connect_problem`): moving files
+under a root only Hadoop's FileSystem reaches (that needs the driver JVM in this process), and a relative root
+(this process and the Spark server would resolve it against different working directories). Over Spark Connect
+the sink's roots must be ones both this process (pyarrow: renames, footer counts, digests) and the Spark cluster
+(the tasks' or Spark's writes) reach as the same place.
+
 Example:
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
     >>> result = run_batch(spark, spec, {"bootstrap.servers": "localhost:9092"},  # doctest: +SKIP
@@ -35,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -46,17 +55,19 @@ from pyspark import StorageLevel
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
+from cohort.pipelines.executor_errors import executor_imports_named
 from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
-from cohort.pipelines.reader import read_stats_accumulator
+from cohort.pipelines.reader import ReadStats, gather_read_stats
 from cohort.pipelines.readers import resolve_readers
 from cohort.pipelines.replay_check import OutputCheck, check_outputs, refuse_changed
 from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
-from cohort.pipelines.sink import HadoopFs, SinkFs, SinkLayout, attempt_id
+from cohort.pipelines.sink import HadoopFs, SinkError, SinkFs, SinkLayout, attempt_id
+from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
 
-__all__ = ["plan_for", "run_batch"]
+__all__ = ["connect_problem", "plan_for", "run_batch"]
 
 Stats = Mapping[TopicPartition, tuple[int, int, float]]
 """Per partition: records and key + value bytes consumed, and the reading tasks' seconds."""
@@ -102,7 +113,31 @@ def plan_for(
 ) -> BatchPlan:
     """The batch plan for `partitions`: ledger offsets + Kafka watermarks through `cohort.pipelines.plan`."""
     positions = gather_positions(kafka_config, ledger, partitions, spec.limits().reset, new_partitions=new_partitions)
-    return plan_batch(positions, spec.limits(target_tasks=max(1, spark.sparkContext.defaultParallelism)))
+    return plan_batch(positions, spec.limits(target_tasks=parallelism(spark)))
+
+
+def connect_problem(spark: Any, spec: PipelineSpec) -> str | None:
+    """Why `spec`'s batch cannot run with `spark` when it is a Spark Connect session, None when it can (and
+    always for a classic session); run_batch raises it as a SinkError before anything is read."""
+    if not is_connect(spark):
+        return None
+    for name, root in (("sink", spec.sink_path), ("quarantine", spec.quarantine_root)):
+        if arrow_filesystem(root) is None:
+            return (
+                f"the {name} root {root} is one only Hadoop's FileSystem reaches, through the driver's JVM, which a "
+                "Spark Connect client does not have: use a root pyarrow reaches (a local path, file://, s3://, "
+                "gs://, hdfs://, ...) or a classic SparkSession"
+            )
+        if "://" not in root and not os.path.isabs(root):
+            return (
+                f"the {name} root {root!r} is relative: over Spark Connect this process and the Spark server "
+                "would resolve it against different working directories; give an absolute path or a URI"
+            )
+    return None
+
+
+def _stats(read: ReadStats) -> Stats:
+    return {TopicPartition(topic, partition): figures for (topic, partition), figures in read.items()}
 
 
 _UNSORTED_WRITES = {
@@ -289,14 +324,14 @@ def _stage(
     if not plan.spans:
         return {}, {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    accumulator = read_stats_accumulator(spark)
     if _tasks_can_write(spec, sink, quarantine, attempt):
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
-        with _timed(stages, "read_and_write"):  # one job, no record crosses into the JVM
-            checked_frame(spark, spec, kafka_config, plan.spans, accumulator, writer=writer).collect()
-        stats: Stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
+        # one job, no record crosses into the JVM: only each span's stats
+        with _timed(stages, "read_and_write"), executor_imports_named(spark):
+            read = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer).collect()
+        stats = _stats(gather_read_stats(read))
     else:
-        stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages, accumulator)
+        stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with _timed(stages, "verify"):
         written = {
             p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
@@ -337,17 +372,16 @@ def _read_then_write(
     quarantine: SinkLayout,
     attempt: str,
     stages: dict[str, float],
-    accumulator: Any,
 ) -> Stats:
     """The Spark-written path (a transform, or a sink pyarrow cannot write): the checked rows are persisted,
     then Spark writes the sink (through the transform) and the quarantine from them."""
-    checked = checked_frame(spark, spec, kafka_config, plan.spans, accumulator)
+    checked = checked_frame(spark, spec, kafka_config, plan.spans)
     with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
         checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with _timed(stages, "read"):
-            failed = materialize(checked)
-        stats = {TopicPartition(t, p): v for (t, p), v in accumulator.value.items()}
+        with _timed(stages, "read"), executor_imports_named(spark):
+            failed, read = materialize(checked)
+        stats = _stats(read)
         with _timed(stages, "write"):
             _write_staged(spark, sink_frame(checked, spec), sink.staging_root(attempt), spec.compression)
         if failed:
@@ -373,7 +407,7 @@ def run_batch(
     """Run one batch over `partitions` and commit it (see the module doc).
 
     Args:
-        spark: a classic SparkSession (cohort.pipelines.spark.build_session).
+        spark: a SparkSession (cohort.pipelines.spark.build_session), classic or Spark Connect.
         spec: what to decode, validate, transform and where to write.
         kafka_config: librdkafka settings for planning and the executor-side consumers.
         partitions: the partitions assigned to this run.
@@ -383,12 +417,16 @@ def run_batch(
         new_partitions: partitions added to their topic after the group started; they start at earliest.
 
     Raises:
+        SinkError: over Spark Connect, a sink root the client cannot handle (`connect_problem`), before any I/O.
         OffsetOutOfRangeError: committed offsets are gone and `spec.fail_on_data_loss` is set.
         ReadError (inside a Spark error): a range could not be read.
         CountMismatchError: consumed != written + quarantined for some range.
         CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous); nothing
             was published and the staged output is deleted.
     """
+    problem = connect_problem(spark, spec)
+    if problem is not None:
+        raise SinkError(f"this batch cannot run over Spark Connect: {problem}")
     if spec.table_format != "parquet":  # Delta Lake or Iceberg: the table commits (cohort.pipelines.table_batch)
         from cohort.pipelines.table_batch import run_table_batch
 

@@ -2,9 +2,12 @@
 
 `checked_frame` is the one frame the batch persists: every consumed record as the reading tasks checked it
 (cohort.pipelines.checked: flat Kafka coordinates, decoded value columns, raw value bytes for failures, failure
-reason). The sink and quarantine frames gather the coordinates into the public `kafka` struct.
+reason), and after each span's records the span's stats row (what its task read: cohort.pipelines.reader). The
+sink and quarantine frames gather the coordinates into the public `kafka` struct and leave the stats rows out.
 Materializing it, the sink write and the quarantine write all read that persisted frame, so each range is
 read from Kafka once.
+
+Nothing here needs a SparkContext or the driver's JVM: the frames work the same with a Spark Connect session.
 """
 
 from __future__ import annotations
@@ -15,11 +18,21 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from cohort.pipelines.arrow_sink import ArrowStagedWriter
 from cohort.pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
-from cohort.pipelines.reader import OffsetSpan, SpanProcessor, read_spans
+from cohort.pipelines.reader import (
+    READ_STATS_COLUMN,
+    STATS_ONLY,
+    STATS_ONLY_DDL,
+    OffsetSpan,
+    ReadStats,
+    SpanProcessor,
+    StatsRows,
+    gather_read_stats,
+    read_spans,
+)
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
@@ -31,19 +44,32 @@ class TransformError(ValueError):
     """The user transform returned a frame the sink cannot attribute to offset ranges."""
 
 
+_READ_STATS_FIELD = StructField(
+    READ_STATS_COLUMN,
+    StructType(
+        [StructField("records", LongType()), StructField("bytes", LongType()), StructField("seconds", DoubleType())]
+    ),
+)
+"""cohort.pipelines.reader.READ_STATS_COLUMN in the checked rows' Spark schema."""
+
+
 def checked_frame(
     spark: Any,
     spec: PipelineSpec,
     kafka_config: Mapping[str, Any],
     spans: Sequence[OffsetSpan],
-    read_stats: Any,
+    read_stats: Any = None,
     *,
     writer: ArrowStagedWriter | None = None,
 ) -> DataFrame:
-    """Read `spans`, decode and validate in the reading tasks: one row per consumed record.
+    """Read `spans`, decode and validate in the reading tasks: one row per consumed record, and after each span's
+    records its stats row (`materialize` gathers them; `sink_frame` and `quarantine_frame` leave them out).
 
-    With a `writer`, the tasks write the checked rows to its staging areas themselves and hand nothing to
-    Spark: the frame is empty, and computing it is the whole batch's reading and writing.
+    With a `writer`, the tasks write the checked rows to its staging areas themselves and hand Spark only
+    what they read: the frame's rows are the spans' stats rows (cohort.pipelines.reader.STATS_ONLY;
+    `gather_read_stats` of what `collect()` returns), and computing it is the whole batch's reading and writing.
+    A span that held no record (only holes) has no stats row: there is nothing to count. `read_stats`, an
+    accumulator of `read_stats_accumulator` (classic sessions only), is added to as well.
     """
     checker = spec.checker
 
@@ -52,7 +78,8 @@ def checked_frame(
             yield checker.check(raw)
 
     process: SpanProcessor = check
-    schema: StructType | str = checker.spark_schema
+    schema: StructType | str = StructType([*checker.spark_schema.fields, _READ_STATS_FIELD])
+    stats = StatsRows.after(checker.arrow_schema, kafka_column("topic"), kafka_column("partition"))
     if writer is not None:
         staged = writer
 
@@ -60,7 +87,7 @@ def checked_frame(
             staged.write_span(span, map(checker.check, batches))
             yield from ()
 
-        process, schema = write, "written long"
+        process, schema, stats = write, STATS_ONLY_DDL, STATS_ONLY
 
     return read_spans(
         spark,
@@ -69,6 +96,7 @@ def checked_frame(
         read_stats=read_stats,
         process=process,
         schema=schema,
+        stats_rows=stats,
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )
@@ -83,16 +111,22 @@ def kafka_struct() -> Column:
     return F.struct(*fields).alias(KAFKA_COLUMN)
 
 
-def materialize(checked: DataFrame) -> int:
-    """Compute (and so cache, if persisted) every row of `checked`; returns how many failed.
+def materialize(checked: DataFrame) -> tuple[int, ReadStats]:
+    """Compute (and so cache, if persisted) every row of `checked`; returns how many failed, and what the
+    reading tasks read (their spans' stats rows, gathered).
 
-    A no-op write of the observed frame: one job with no shuffle, so the reader's accumulator counts
-    each record once, and the failure count comes back with it (Spark's Observation).
+    A no-op write of the observed frame: one job with no shuffle, and the failure count and the stats rows come
+    back with it (Spark's Observation, counted once per successful task like an accumulator).
     """
+    stats = F.when(
+        F.col(READ_STATS_COLUMN).isNotNull(),
+        F.struct(F.col(kafka_column("topic")), F.col(kafka_column("partition")), F.col(READ_STATS_COLUMN)),
+    )
     observation = Observation("cohort-checked")
-    observed = checked.observe(observation, F.count(REASON_COLUMN).alias("failed"))
+    observed = checked.observe(observation, F.count(REASON_COLUMN).alias("failed"), F.collect_list(stats).alias("read"))
     observed.write.format("noop").mode("overwrite").save()
-    return int(observation.get["failed"])
+    metrics = observation.get
+    return int(metrics["failed"]), gather_read_stats(metrics["read"])
 
 
 def _with_partition_columns(frame: DataFrame) -> DataFrame:
@@ -103,7 +137,7 @@ def _with_partition_columns(frame: DataFrame) -> DataFrame:
 
 def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Valid records through the user transform, plus `topic`/`partition` for the staging layout."""
-    valid = checked.filter(F.col(REASON_COLUMN).isNull()).select(
+    valid = checked.filter(F.col(REASON_COLUMN).isNull() & F.col(READ_STATS_COLUMN).isNull()).select(
         kafka_struct(), *[F.col(f"`{name}`") for name in spec.checker.output_names]
     )
     if spec.transform is not None:
@@ -125,7 +159,7 @@ def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
 
 
 def quarantine_frame(checked: DataFrame) -> DataFrame:
-    """Failed records: `kafka` coordinates, the raw `value` bytes and the `reason`."""
+    """Failed records: `kafka` coordinates, the raw `value` bytes and the `reason` (a stats row has none)."""
     failed = checked.filter(F.col(REASON_COLUMN).isNotNull()).select(
         kafka_struct(), F.col(RAW_VALUE_COLUMN).alias("value"), F.col(REASON_COLUMN).alias("reason")
     )

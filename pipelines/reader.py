@@ -7,13 +7,19 @@ span may hold fewer records than offsets). No Maven jars: the Kafka client runs 
 
 Per-message Python work is kept to one attribute call per column: each consumed batch becomes one Arrow
 record batch built column by column (`pa.array` once per column), not row by row.
+
+What a task read (records, key + value bytes and seconds per span) can reach the driver as rows of the frame
+itself (`read_spans(stats_rows=...)`, `StatsRows`), with classic and Spark Connect sessions alike: each span
+ends with its stats row. A task that hands Spark nothing else (it wrote its output) yields only those
+(`STATS_ONLY`), which the caller collects; among checked rows, the caller gathers them with an Observation
+(cohort.pipelines.frames). Spark keeps the rows of one successful attempt per task: each span counts once.
 """
 
 from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
@@ -25,11 +31,16 @@ from pyspark.accumulators import AccumulatorParam
 from cohort.common.names import validate_topic_name
 
 __all__ = [
+    "READ_STATS_COLUMN",
     "RECORD_SCHEMA",
+    "STATS_ONLY",
+    "STATS_ONLY_DDL",
     "OffsetSpan",
     "ReadError",
     "ReadStats",
     "SpanProcessor",
+    "StatsRows",
+    "gather_read_stats",
     "read_range",
     "read_spans",
     "read_stats_accumulator",
@@ -251,6 +262,100 @@ def _triage(messages: list[Any], span: OffsetSpan, next_offset: int) -> tuple[li
 ReadStats = dict[tuple[str, int], tuple[int, int, float]]
 """(topic, partition) -> (records, key + value bytes, seconds) read by the tasks of a job."""
 
+READ_STATS_COLUMN = "_cohort_read"
+"""The column of a span's stats row holding what its task read; null in every other row."""
+
+READ_STATS_TYPE = pa.struct(
+    [pa.field("records", pa.int64()), pa.field("bytes", pa.int64()), pa.field("seconds", pa.float64())]
+)
+READ_STATS_DDL = "struct<records: bigint, bytes: bigint, seconds: double>"
+"""READ_STATS_COLUMN's type, in Arrow and as Spark DDL."""
+
+
+@dataclass(frozen=True)
+class StatsRows:
+    """How the rows of `read_spans` carry what each task read: every row has READ_STATS_COLUMN, null but in the
+    one stats row that ends each span that held a record: the span's topic and partition (in `topic_column` and
+    `partition_column`) and its records, key + value bytes and seconds, every other column null.
+
+    `schema` is the Arrow schema of the frame's rows: the rows the tasks yield, then READ_STATS_COLUMN (`after`).
+    """
+
+    schema: pa.Schema
+    topic_column: str = "topic"
+    partition_column: str = "partition"
+
+    @classmethod
+    def after(cls, schema: pa.Schema, topic_column: str = "topic", partition_column: str = "partition") -> StatsRows:
+        """Stats rows among rows of `schema`: its fields, all nullable (a stats row has only its coordinates),
+        then READ_STATS_COLUMN."""
+        fields = [*(field.with_nullable(True) for field in schema), pa.field(READ_STATS_COLUMN, READ_STATS_TYPE)]
+        return cls(pa.schema(fields), topic_column, partition_column)
+
+    def data(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A batch the task yields, as rows of `schema`: READ_STATS_COLUMN null."""
+        nulls = pa.nulls(batch.num_rows, READ_STATS_TYPE)
+        return pa.RecordBatch.from_arrays([*batch.columns, nulls], schema=self.schema)
+
+    def row(self, span: OffsetSpan, records: int, size: int, seconds: float) -> pa.RecordBatch:
+        """The stats row of `span`."""
+        known: dict[str, pa.Array[Any]] = {
+            self.topic_column: pa.array([span.topic], pa.string()),
+            self.partition_column: pa.array([span.partition], pa.int32()),
+            READ_STATS_COLUMN: pa.array([(records, size, seconds)], READ_STATS_TYPE),
+        }
+        columns = [known[f.name] if f.name in known else pa.nulls(1, f.type) for f in self.schema]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+_STATS_ONLY_FIELDS: list[pa.Field[Any]] = [
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field(READ_STATS_COLUMN, READ_STATS_TYPE),
+]
+STATS_ONLY = StatsRows(pa.schema(_STATS_ONLY_FIELDS))
+STATS_ONLY_DDL = f"topic string, partition int, `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
+"""The stats rows of tasks that hand Spark nothing else (they wrote their output themselves): one per span, in
+Arrow and as the Spark DDL of the frame."""
+
+
+class _SpanReading:
+    """The raw batches of one span as its task reads them (an iterator), and how much it has read so far."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self.records = 0
+        self.bytes = 0
+        self._batches = batches
+        self._started = time.perf_counter()
+
+    def __iter__(self) -> _SpanReading:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        raw = next(self._batches)
+        self.records += raw.num_rows
+        self.bytes += _size(raw)
+        return raw
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the span's reading started (reading, and whatever the task did with the batches)."""
+        return time.perf_counter() - self._started
+
+
+def gather_read_stats(rows: Iterable[Sequence[Any]]) -> ReadStats:
+    """Sum stats rows per (topic, partition): (topic, partition, (records, bytes, seconds)) rows, as Spark returns
+    those of STATS_ONLY (or the same fields selected from other stats rows); a row whose stats are null is
+    skipped."""
+    total: ReadStats = {}
+    for topic, partition, read in rows:
+        if read is None:
+            continue
+        records, size, seconds = read
+        before = total.get((topic, partition), (0, 0, 0.0))
+        total[(topic, partition)] = (before[0] + int(records), before[1] + int(size), before[2] + float(seconds))
+    return total
+
 
 class _ReadStatsParam(AccumulatorParam[ReadStats]):
     """Merges ReadStats dicts by summing per key."""
@@ -266,13 +371,18 @@ class _ReadStatsParam(AccumulatorParam[ReadStats]):
 
 
 def read_stats_accumulator(spark: Any) -> Any:
-    """A Spark accumulator of ReadStats for `read_spans(read_stats=...)`.
+    """A Spark accumulator of ReadStats for `read_spans(read_stats=...)` (classic sessions only: a Spark Connect
+    session has no SparkContext and no accumulators; `read_spans(stats_rows=...)` works with both).
 
     Spark applies a task's accumulator update once, when the task succeeds in a job's result stage, so
-    when the read runs in a job without shuffles (as in run_batch) the figures count each record once.
-    A job that had to read a span again (a lost cached block) would count it twice: run_batch then
-    fails its count check rather than commit.
+    when the read runs in a job without shuffles the figures count each record once. A job that had to read
+    a span again (a lost cached block) would count it twice.
     """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise TypeError(
+            "read stats accumulators need a classic SparkSession (Spark Connect has no SparkContext): "
+            "let the tasks yield stats rows instead (cohort.pipelines.reader.read_spans(stats_rows=...))"
+        )
     return spark.sparkContext.accumulator({}, _ReadStatsParam())
 
 
@@ -294,19 +404,25 @@ def read_spans(
     read_stats: Any = None,
     process: SpanProcessor | None = None,
     schema: Any = None,
+    stats_rows: StatsRows | None = None,
     **read_options: Any,
 ) -> Any:
     """A Spark DataFrame of the records of `spans`, one Spark task per span.
 
     Without `process` the rows are the raw records (schema RECORD_SCHEMA); with it, each task passes its
     span's raw batches through `process` (run in the task, e.g. decoding and validating) and the rows are
-    what it yields, of Spark schema `schema`. `read_stats`, when given, is an accumulator from
-    `read_stats_accumulator` that each task adds its records, bytes and reading time to, keyed by
-    (topic, partition). `read_options` are passed to `read_range` (batch_size, poll_timeout_s,
-    read_timeout_s, max_retries).
+    what it yields, of Spark schema `schema`. With `stats_rows`, the rows also carry what the tasks read
+    (`StatsRows`: `schema` must then name READ_STATS_COLUMN last; added for the raw records). `read_stats`,
+    when given, is an accumulator from `read_stats_accumulator` that each task adds its records, bytes and
+    reading time to, keyed by (topic, partition) (classic sessions only). `read_options` are passed to
+    `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
     """
     if (process is None) != (schema is None):
         raise ValueError("give both `process` and its output `schema`, or neither")
+    if schema is None:
+        schema = record_spark_schema()
+        if stats_rows is not None:
+            schema += f", `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
     kafka_config = dict(config)
     table = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
 
@@ -314,19 +430,18 @@ def read_spans(
         for batch in batches:
             for index in cast("list[int]", batch.column(0).to_pylist()):  # spark.range: no nulls
                 span = OffsetSpan(*table[index])
-                started, counted = time.perf_counter(), [0, 0]
-
-                def counting(span: OffsetSpan = span, counted: list[int] = counted) -> Iterator[pa.RecordBatch]:
-                    for raw in read_range(kafka_config, span, **read_options):
-                        counted[0] += raw.num_rows
-                        counted[1] += _size(raw)
-                        yield raw
-
-                yield from counting() if process is None else process(span, counting())
+                reading = _SpanReading(read_range(kafka_config, span, **read_options))
+                rows = reading if process is None else process(span, reading)
+                if stats_rows is None:
+                    yield from rows
+                else:
+                    yield from map(stats_rows.data, rows)
+                    if reading.records:  # a span of holes only: nothing to count
+                        yield stats_rows.row(span, reading.records, reading.bytes, reading.seconds)
                 if read_stats is not None:
-                    read_stats.add({(span.topic, span.partition): (*counted, time.perf_counter() - started)})
+                    read_stats.add({(span.topic, span.partition): (reading.records, reading.bytes, reading.seconds)})
 
     # One row (the span's index) per partition, so exactly one span per Spark task. spark.range runs in
     # the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.
     plan = spark.range(0, len(table), 1, numPartitions=max(len(table), 1))
-    return plan.mapInArrow(read_partition, record_spark_schema() if schema is None else schema)
+    return plan.mapInArrow(read_partition, schema)

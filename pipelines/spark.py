@@ -6,6 +6,9 @@ so `PYSPARK_PYTHON` defaults to `sys.executable`.
 `open_session` also records what it created (`OwnedSession`), so the session and the JVM it started are
 ended (`close_session`) when their last user is done, and a session someone else in the process started and
 shares is never stopped.
+
+The data path takes either kind of session: `is_connect` tells them apart, and `parallelism` is the default
+parallelism of both (a Spark Connect session has no SparkContext to ask).
 """
 
 from __future__ import annotations
@@ -15,14 +18,24 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-__all__ = ["OwnedSession", "build_session", "cancel_jobs", "close_session", "open_session"]
+__all__ = [
+    "OwnedSession",
+    "build_session",
+    "cancel_jobs",
+    "close_session",
+    "is_connect",
+    "open_session",
+    "parallelism",
+]
 
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -37,15 +50,16 @@ LOCAL_DEFAULTS: dict[str, str] = {
 
 def build_session(
     *,
-    master: str | None = "local[2]",
+    master: str | None = None,
     remote: str | None = None,
     app_name: str = "cohort",
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Get or create the process's SparkSession.
 
-    `remote` (an `sc://host:port` Spark Connect URL) takes precedence over `master`; for local and
-    master-URL sessions the Python workers use this interpreter.
+    `master` defaults to local[2]; `remote` is an `sc://host:port` Spark Connect URL (give one or the other).
+    For local and master-URL sessions the Python workers use this interpreter, or the one
+    `spark.pyspark.python` names in `conf` (PySpark itself only reads the PYSPARK_PYTHON variable).
     """
     if master and remote:
         raise ValueError("give either a Spark master URL or a Spark Connect remote, not both")
@@ -53,6 +67,9 @@ def build_session(
     if remote:
         builder = builder.remote(remote)
     else:
+        executor_python = (conf or {}).get("spark.pyspark.python")
+        if executor_python:
+            os.environ["PYSPARK_PYTHON"] = executor_python
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         builder = builder.master(master or "local[2]")
@@ -95,7 +112,7 @@ _opened_lock = threading.Lock()
 
 def open_session(
     *,
-    master: str | None = "local[2]",
+    master: str | None = None,
     remote: str | None = None,
     app_name: str = "cohort",
     conf: Mapping[str, str] | None = None,
@@ -129,6 +146,44 @@ def open_session(
     return OwnedSession(session, created=created, key=key)
 
 
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session: no SparkContext, no driver JVM in this process (py4j),
+    no accumulators; DataFrames, SQL settings, caching, Observations and Python UDFs work as in a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+_parallelism: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""Spark Connect sessions' parallelism, found once per session (the entry goes with the session)."""
+
+_PROBE_ROWS = 1 << 16
+"""Rows of the range that finds a Spark Connect session's parallelism: more than any cluster has cores, so
+every one of its partitions holds a row."""
+
+
+def parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once by default (at least 1): what a batch spreads its reads over.
+
+    Classic: the SparkContext's `defaultParallelism`. Spark Connect has no SparkContext: the session's
+    `spark.default.parallelism` when set, else the number of partitions Spark gives a range without a
+    partition count (the server's `leafNodeDefaultParallelism`: its default parallelism unless
+    `spark.sql.leafNodeDefaultParallelism` says otherwise), found with one small job the first time and kept
+    for the session's lifetime.
+    """
+    if not is_connect(spark):
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    found = _parallelism.get(spark)
+    if found is None:
+        configured = spark.conf.get("spark.default.parallelism", None)
+        if configured:
+            found = int(configured)
+        else:
+            ids = spark.range(0, _PROBE_ROWS).select(F.spark_partition_id().alias("id"))
+            found = int(ids.agg(F.max("id")).first()[0]) + 1
+        found = max(1, found)
+        _parallelism[spark] = found
+    return found
+
+
 def cancel_jobs(session: SparkSession) -> None:
     """Cancel every running and scheduled job of the session's application (Spark Connect: interrupt every
     operation of the session), so threads waiting on them get an error at once.
@@ -136,12 +191,10 @@ def cancel_jobs(session: SparkSession) -> None:
     Call it from a thread that is not itself inside a Spark call: py4j pins each thread to one connection,
     and a thread interrupted in the middle of a call leaves its connection waiting for the answer.
     """
-    try:
-        context = session.sparkContext
-    except Exception:  # Spark Connect has no SparkContext
+    if is_connect(session):  # no SparkContext
         session.interruptAll()
         return
-    context.cancelAllJobs()
+    session.sparkContext.cancelAllJobs()
 
 
 def close_session(owned: OwnedSession, *, timeout_s: float = 60.0) -> None:
