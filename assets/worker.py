@@ -44,8 +44,9 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
 )
 from cohort.assignment.member import GroupMember
+from cohort.assignment.messages import LedgerEntry
 from cohort.common.ledger import OffsetLedger, OffsetMirror
-from cohort.common.types import TopicPartition
+from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.batch import run_batch
 from cohort.pipelines.kafka_client import offsets_for_times
 from cohort.pipelines.results import BatchResult
@@ -402,42 +403,68 @@ def materializations(
         )
 
 
+@dataclass(frozen=True)
+class _Reporter:
+    """Who committed a range another run read, for its materializations: generation, member and instance."""
+
+    generation: int
+    member: str
+    instance_id: str
+
+
+def _reported_range(
+    translator: DagsterCohortTranslator,
+    group: str,
+    entry: OffsetRange | LedgerEntry,
+    description: str,
+    committed_by: _Reporter,
+    read_by: str,
+    reported_by: str,
+    sink_root: str | None,
+) -> Iterator[dg.AssetMaterialization]:
+    """The topic and landed materializations of a range that run `read_by` read and run `reported_by` reports
+    (a run that ended before reporting it, or before its ledger commit)."""
+    yield dg.AssetMaterialization(
+        asset_key=translator.get_asset_key(group, entry.topic),
+        partition=str(entry.partition),
+        description=description,
+        metadata=RangeMetadata(
+            topic=entry.topic,
+            partition=entry.partition,
+            from_offset=entry.from_offset,
+            until_offset=entry.until_offset,
+            records=entry.records,
+            quarantined=entry.quarantined,
+            group=group,
+            generation=committed_by.generation,
+            member=committed_by.member,
+            instance_id=committed_by.instance_id,
+            run_id=read_by,
+            reported_by=reported_by,
+        ).to_metadata(),
+    )
+    yield landed_materialization(
+        translator, group, entry.topic_partition, entry.records, entry.quarantined, read_by, sink_root
+    )
+
+
 def _adopted_materializations(
     outcome: WorkerOutcome, translator: DagsterCohortTranslator, run_id: str, sink_root: str | None
 ) -> Iterator[dg.AssetMaterialization]:
     """The ranges this batch adopted into the ledger (a table sink's commit whose run died before its ledger
     commit): reported here, as the run that read them would have reported them."""
     assert outcome.result is not None
+    adopter = _Reporter(outcome.generation, outcome.member_id, outcome.instance_id)
     for adopted in outcome.result.adopted:
         entry = adopted.range
         if entry.gap_reason is not None or entry.until_offset == entry.from_offset:
             continue
-        tp, read_by = entry.topic_partition, adopted.run_id or "unknown"
-        yield dg.AssetMaterialization(
-            asset_key=translator.get_asset_key(outcome.group, entry.topic),
-            partition=str(entry.partition),
-            description=(
-                f"{tp} [{entry.from_offset}, {entry.until_offset}) landed in the sink table by run {read_by}, which "
-                f"ended before its ledger commit; adopted into the ledger by run {run_id}"
-            ),
-            metadata=RangeMetadata(
-                topic=entry.topic,
-                partition=entry.partition,
-                from_offset=entry.from_offset,
-                until_offset=entry.until_offset,
-                records=entry.records,
-                quarantined=entry.quarantined,
-                group=outcome.group,
-                generation=outcome.generation,
-                member=outcome.member_id,
-                instance_id=outcome.instance_id,
-                run_id=read_by,
-                reported_by=run_id,
-            ).to_metadata(),
+        read_by = adopted.run_id or "unknown"
+        description = (
+            f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) landed in the sink table by run "
+            f"{read_by}, which ended before its ledger commit; adopted into the ledger by run {run_id}"
         )
-        yield landed_materialization(
-            translator, outcome.group, tp, entry.records, entry.quarantined, read_by, sink_root
-        )
+        yield from _reported_range(translator, outcome.group, entry, description, adopter, read_by, run_id, sink_root)
 
 
 def landed_root(pipeline: PipelineSpec | None) -> str | None:
@@ -511,29 +538,12 @@ def unreported_materializations(
                 if (entry.from_offset, entry.until_offset) in shown:
                     continue
                 lost = entry.run_id or "unknown"
-                yield dg.AssetMaterialization(
-                    asset_key=key,
-                    partition=str(partition),
-                    description=(
-                        f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
-                        f"{lost} in generation {entry.generation}, which ended before reporting it "
-                        f"(reported from the ledger by run {run_id})"
-                    ),
-                    metadata=RangeMetadata(
-                        topic=entry.topic,
-                        partition=entry.partition,
-                        from_offset=entry.from_offset,
-                        until_offset=entry.until_offset,
-                        records=entry.records,
-                        quarantined=entry.quarantined,
-                        group=config.group,
-                        generation=entry.generation,
-                        member=entry.member_id or "",
-                        instance_id=entry.instance_id or "",
-                        run_id=lost,
-                        reported_by=run_id,
-                    ).to_metadata(),
+                description = (
+                    f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
+                    f"{lost} in generation {entry.generation}, which ended before reporting it "
+                    f"(reported from the ledger by run {run_id})"
                 )
-                yield landed_materialization(
-                    translator, config.group, entry.topic_partition, entry.records, entry.quarantined, lost, sink_root
+                committer = _Reporter(entry.generation, entry.member_id or "", entry.instance_id or "")
+                yield from _reported_range(
+                    translator, config.group, entry, description, committer, lost, run_id, sink_root
                 )

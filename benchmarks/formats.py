@@ -62,7 +62,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from benchmarks.pipeline import _tree_cpu_s, raw_consume
+from benchmarks.pipeline import _own_cpu_s, _tree_cpu_s, raw_consume
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
@@ -199,13 +199,6 @@ class Run:
     def task_seconds(self) -> float:
         """The reading tasks' summed time (read, decode, validate, write), over all partitions."""
         return sum(p.seconds for p in self.result.partitions)
-
-
-def _own_cpu_s() -> float:
-    """This process's own CPU seconds plus its reaped children's, from /proc (the clock _tree_cpu_s uses)."""
-    with open(f"/proc/{os.getpid()}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _sink_rows(sink: str) -> int:

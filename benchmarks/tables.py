@@ -60,7 +60,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 import cohort.pipelines.delta_store as delta_store
 import cohort.pipelines.table_batch as table_batch
-from benchmarks.pipeline import _tree_cpu_s
+from benchmarks.pipeline import _own_cpu_s, _tree_cpu_s
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.ledger import OffsetLedger
 from cohort.common.types import TopicPartition
@@ -251,13 +251,6 @@ def table_history(spec: PipelineSpec) -> str:
 
 
 # -- measuring -----------------------------------------------------------------------------------------------
-
-
-def _own_cpu_s() -> float:
-    """This process's own CPU seconds plus its reaped children's, from /proc (the clock _tree_cpu_s uses)."""
-    with open(f"/proc/{os.getpid()}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from cohort.pipelines.table_store import (
     PartitionMark,
     TableCommit,
     TableConflictError,
+    compare_and_set,
     mark_key,
     parse_data_path,
     unify_schemas,
@@ -232,25 +233,10 @@ class DeltaTableStore:
         return [f for f in parsed if f is not None]
 
     def _already_landed(self, table: DeltaTable, change: TableCommit) -> bool:
-        """Compare-and-set on the marks: False if the table holds `change.expected`, True if it holds this very
-        commit already (it landed, its answer was lost); TableConflictError otherwise."""
+        """The compare-and-set on the marks (`compare_and_set`) against the loaded version."""
         group = change.owner.group
         current = self._marks(table, group, list(change.expected))
-        stale = [tp for tp, mark in change.expected.items() if current[tp] != mark]
-        if not stale:
-            return False
-        last_run = None
-        if change.heads:
-            tp0, head = next(iter(change.heads.items()))
-            record = self.last_batch(group, tp0, head)
-            last_run = record.run_id if record is not None else None
-        if change.landed_in(current, last_run):
-            return True
-        tp = stale[0]
-        raise TableConflictError(
-            f"{tp}: the table's marks are {_describe(current[tp])}; this batch expected "
-            f"{_describe(change.expected[tp])} (a newer generation fenced the partition, or another batch committed it)"
-        )
+        return compare_and_set(change, current, lambda tp, head: self.last_batch(group, tp, head))
 
     def _remove_actions(self, table: DeltaTable, removes: Sequence[DataFile]) -> list[RemoveAction]:
         if not removes:
@@ -337,12 +323,6 @@ def _find_batch(history: list[dict[str, Any]], group: str, tp: TopicPartition, h
         if ranges and ranges[-1].until_offset == head:
             return record
     return None
-
-
-def _describe(mark: PartitionMark) -> str:
-    head = "no head" if mark.head is None else f"head {mark.head}"
-    generation = "no generation" if mark.generation is None else f"generation {mark.generation}"
-    return f"{head}, {generation}"
 
 
 def _short(error: BaseException) -> str:

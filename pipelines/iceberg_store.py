@@ -59,6 +59,7 @@ from cohort.pipelines.table_store import (
     TableCommit,
     TableConflictError,
     TableSchemaError,
+    compare_and_set,
     mark_key,
     parse_data_path,
     unify_schemas,
@@ -196,25 +197,14 @@ class IcebergTableStore:
         return failure
 
     def _landed(self, change: TableCommit, properties: Mapping[str, str]) -> bool:
-        """True when the table already holds `change` (its answer was lost); TableConflictError when the table's
-        marks are not the ones the batch read; False when the commit may go ahead."""
+        """The compare-and-set on the marks (`compare_and_set`) against the table's properties."""
         group = change.owner.group
         current = {tp: _read_mark(properties, mark_key(group, tp)) for tp in change.expected}
-        moved = sorted(tp for tp, mark in change.expected.items() if current[tp] != mark)
-        if not moved:
-            return False
-        last_run = None
-        if change.heads:
-            first = min(change.heads)
-            head = current[first].head
-            record = None if head is None else _last_batch(properties, mark_key(group, first), first, head)
-            last_run = None if record is None else record.run_id
-        if change.landed_in(current, last_run):
-            return True
-        tp = moved[0]
-        raise TableConflictError(
-            f"{tp} in {self.identifier}: the table's marks are {_describe(current[tp])}; this batch expected "
-            f"{_describe(change.expected[tp])} (a newer generation fenced the partition, or another batch committed it)"
+        return compare_and_set(
+            change,
+            current,
+            lambda tp, head: _last_batch(properties, mark_key(group, tp), tp, head),
+            where=f" in {self.identifier}",
         )
 
     def _commit_once(self, table: Table, change: TableCommit, live: Mapping[str, IcebergFile]) -> None:
@@ -482,13 +472,6 @@ def _last_batch(properties: Mapping[str, str], key: str, tp: TopicPartition, hea
         return None
     ranges = () if record is None else record.for_partition(tp)
     return record if ranges and ranges[-1].until_offset == head else None
-
-
-def _describe(mark: PartitionMark) -> str:
-    head = "no head" if mark.head is None else f"head {mark.head}"
-    generation = "no generation" if mark.generation is None else f"generation {mark.generation}"
-    reach = "" if mark.reach == mark.head else f", reach {mark.reach}"  # said only when a replay moved the head back
-    return f"{head}, {generation}{reach}"
 
 
 def _json(value: object) -> str:

@@ -24,7 +24,7 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.sink import SinkFs
 from cohort.pipelines.sink_audit import AuditedRange, PartitionRecords, SinkFinding
 from cohort.pipelines.table_batch import orphan_dirs
-from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, reconcile_partition
+from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, ahead_of_ledger, reconcile_partition
 from cohort.pipelines.table_store import (
     DataFile,
     Owner,
@@ -106,8 +106,8 @@ def audit_table_partition(
         t.marks(group, [tp]).get(tp, PartitionMark()) if e else PartitionMark()
         for t, e in zip(tables, exists, strict=True)
     ]
-    ahead = marks[0].head is not None and not position.after_reset and (head is None or marks[0].head > head)
-    batch = sink.last_batch(group, tp, marks[0].head) if ahead and marks[0].head is not None else None
+    ahead = ahead_of_ledger(position, marks[0])
+    batch = None if ahead is None else sink.last_batch(group, tp, ahead)
     decision = reconcile_partition(
         tp, Owner(group, None), position, marks[0], marks[1], sink_exists=exists[0], quarantine_exists=exists[1],
         sink_batch=batch,

@@ -49,7 +49,7 @@ from cohort.pipelines.replay_check import check_outputs, refuse_changed
 from cohort.pipelines.results import AdoptedRange, BatchResult
 from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, problems, reconcile_partition
+from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, ahead_of_ledger, problems, reconcile_partition
 from cohort.pipelines.table_store import (
     BatchRecord,
     DataFile,
@@ -59,6 +59,7 @@ from cohort.pipelines.table_store import (
     TableCommit,
     TableConflictError,
     TableStore,
+    compare_and_set,
     data_dir,
     parse_data_path,
 )
@@ -155,9 +156,7 @@ def reconcile_tables(
         entry = entries.get(tp)
         position = LedgerPosition(heads.get(tp), bool(entry is not None and getattr(entry, "is_reset", False)))
         sink = sink_marks.get(tp, PartitionMark())
-        ahead = (
-            sink.head is not None and not position.after_reset and (position.head is None or sink.head > position.head)
-        )
+        ahead = ahead_of_ledger(position, sink)
         decisions[tp] = reconcile_partition(
             tp,
             owner,
@@ -166,7 +165,7 @@ def reconcile_tables(
             quarantine_marks.get(tp, PartitionMark()),
             sink_exists=exists[tables.sink.root],
             quarantine_exists=exists[tables.quarantine.root],
-            sink_batch=tables.sink.last_batch(owner.group, tp, sink.head) if ahead and sink.head is not None else None,
+            sink_batch=None if ahead is None else tables.sink.last_batch(owner.group, tp, ahead),
         )
     stopped = problems(decisions)
     if stopped:
@@ -397,14 +396,15 @@ def _commit_change(table: TableStore, change: TableCommit) -> None:
 
 
 def _landed(table: TableStore, change: TableCommit) -> bool:
-    """Whether `change` is in the table although its commit raised (its answer was lost)."""
+    """Whether `change` is in the table although its commit raised (its answer was lost): the stores' own
+    compare-and-set, asked again."""
     try:
         if not change.heads or change.batch is None or not table.exists():
             return False
-        marks = table.marks(change.owner.group, sorted(change.expected))
-        tp, head = next(iter(sorted(change.heads.items())))
-        last = table.last_batch(change.owner.group, tp, head)
-        return change.landed_in(marks, last.run_id if last is not None else None)
+        current = table.marks(change.owner.group, sorted(change.expected))
+        return compare_and_set(change, current, lambda tp, head: table.last_batch(change.owner.group, tp, head))
+    except TableConflictError:
+        return False  # another commit moved the marks: this one did not land
     except Exception:  # the table cannot say: keep the files (an orphan costs space, a lost file costs rows)
         return True
 

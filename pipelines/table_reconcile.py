@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.table_store import BatchRecord, Owner, PartitionMark
 
-__all__ = ["LedgerPosition", "Reconcile", "reconcile_partition"]
+__all__ = ["LedgerPosition", "Reconcile", "ahead_of_ledger", "reconcile_partition"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,14 @@ def _adoption(
     if ledger.head is not None and ranges[0].from_offset != ledger.head:
         return ()
     return ranges
+
+
+def ahead_of_ledger(ledger: LedgerPosition, sink: PartitionMark) -> int | None:
+    """The sink table's head when it is beyond the ledger's (a commit the ledger may adopt: its record is what
+    `reconcile_partition` needs as `sink_batch`), else None."""
+    if sink.head is None or ledger.after_reset or (ledger.head is not None and sink.head <= ledger.head):
+        return None
+    return sink.head
 
 
 def reconcile_partition(

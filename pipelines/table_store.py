@@ -22,7 +22,7 @@ need no commit history.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,6 +43,7 @@ __all__ = [
     "TableConflictError",
     "TableSchemaError",
     "TableStore",
+    "compare_and_set",
     "data_dir",
     "mark_key",
     "parse_data_path",
@@ -83,6 +84,13 @@ class PartitionMark:
     head: int | None = None
     generation: int | None = None
     reach: int | None = None
+
+    def describe(self) -> str:
+        """`head 120, generation 7` (the reach only when a replay moved the head back), for messages."""
+        head = "no head" if self.head is None else f"head {self.head}"
+        generation = "no generation" if self.generation is None else f"generation {self.generation}"
+        reach = "" if self.reach == self.head else f", reach {self.reach}"
+        return f"{head}, {generation}{reach}"
 
 
 def mark_key(group: str, tp: TopicPartition) -> str:
@@ -226,6 +234,36 @@ class TableCommit:
         if self.batch is None:
             return True
         return bool(self.heads) and last_run == self.batch.run_id
+
+
+def compare_and_set(
+    change: TableCommit,
+    current: Mapping[TopicPartition, PartitionMark],
+    last_batch: Callable[[TopicPartition, int], BatchRecord | None],
+    *,
+    where: str = "",
+) -> bool:
+    """The compare-and-set every table commit starts with, on the marks `current` a table holds for
+    `change.expected`: False when they are the expected ones (the commit may go ahead), True when the table holds
+    this very commit already (it landed, its answer was lost: `last_batch(tp, head)` names the run that moved a
+    head), else TableConflictError naming the first partition whose marks moved (`where`: the table, for it)."""
+    moved = sorted(tp for tp, mark in change.expected.items() if current.get(tp) != mark)
+    if not moved:
+        return False
+    last_run = None
+    if change.heads:
+        first = min(change.heads)
+        head = current[first].head if first in current else None
+        record = None if head is None else last_batch(first, head)
+        last_run = None if record is None else record.run_id
+    if change.landed_in(current, last_run):
+        return True
+    tp = moved[0]
+    found = current.get(tp, PartitionMark())
+    raise TableConflictError(
+        f"{tp}{where}: the table's marks are {found.describe()}; this batch expected "
+        f"{change.expected[tp].describe()} (a newer generation fenced the partition, or another batch committed it)"
+    )
 
 
 class TableStore(Protocol):

@@ -32,6 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -40,7 +41,7 @@ import pyspark
 
 from cohort.devtools.embedded_broker import free_port
 
-__all__ = ["SparkClusterError", "SparkStandaloneCluster", "spark_home"]
+__all__ = ["LOOPBACK", "SparkClusterError", "SparkStandaloneCluster", "spark_free_env", "spark_home"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -53,11 +54,17 @@ _DRIVER_ENV = (
     "SPARK_CONF_DIR",
 )
 """Variables that would make a PySpark driver attach to another JVM, use Spark Connect or read another
-configuration directory: `driver_env` drops them."""
+configuration directory: `spark_free_env` drops them."""
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Loopback requests never go through an HTTP proxy the environment may name."""
+
+
+def spark_free_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) without what would make a Spark process attach to another
+    JVM, use Spark Connect or read another configuration directory."""
+    return {k: v for k, v in (os.environ if base is None else base).items() if k not in _DRIVER_ENV}
 
 
 class SparkClusterError(RuntimeError):
@@ -130,7 +137,7 @@ class SparkStandaloneCluster:
     def driver_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment for a driver process of this cluster: executors run `python`, Spark binds loopback,
         and nothing points PySpark at another JVM, at Spark Connect or at another configuration."""
-        env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _DRIVER_ENV}
+        env = spark_free_env(base)
         env.update(PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=LOOPBACK)
         env.update(SPARK_HOME=str(self.home), SPARK_CONF_DIR=str(self.root / "conf"))
         return env
@@ -179,7 +186,7 @@ class SparkStandaloneCluster:
     # -- life cycle -------------------------------------------------------------------------------------------
 
     def _daemon_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _DRIVER_ENV}
+        env = spark_free_env()
         no_retry = f"-Dspark.port.maxRetries=0 -Djava.io.tmpdir={self.root / 'tmp'}"
         env.update(
             SPARK_HOME=str(self.home),

@@ -45,13 +45,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-import pyspark
-
 from cohort.devtools.embedded_broker import free_port
+from tests.support.spark_cluster import LOOPBACK, spark_free_env, spark_home
 
 __all__ = ["ConnectClient", "RemoteError", "SparkConnectError", "SparkConnectServer", "spark_home"]
 
-LOOPBACK = "127.0.0.1"
 REPOSITORY = Path(__file__).resolve().parents[2]
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -67,21 +65,6 @@ SERVER_CONF = {
     "spark.sql.session.timeZone": "UTC",
 }
 """The server's settings: those of the tests' classic session (tests/conftest.py, LOCAL_DEFAULTS), loopback only."""
-
-_CLIENT_ENV = (
-    "PYSPARK_GATEWAY_PORT",
-    "PYSPARK_GATEWAY_SECRET",
-    "SPARK_REMOTE",
-    "SPARK_CONNECT_MODE_ENABLED",
-    "SPARK_LOCAL_REMOTE",
-    "SPARK_CONF_DIR",
-)
-"""Variables that would make a PySpark process attach to another JVM or read another configuration: dropped."""
-
-
-def spark_home() -> Path:
-    """PySpark's own Spark distribution: the installed package directory (bin/, jars/, sbin/)."""
-    return Path(pyspark.__file__).resolve().parent
 
 
 class SparkConnectError(RuntimeError):
@@ -101,9 +84,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _CLIENT_ENV}
-    env.update(extra)
-    return env
+    return {**spark_free_env(), **extra}
 
 
 def _end_group(process: subprocess.Popen[Any], timeout_s: float) -> None:

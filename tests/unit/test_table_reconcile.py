@@ -86,3 +86,14 @@ def test_tables_that_do_not_exist_are_not_fenced() -> None:
         TP, OWNER, LedgerPosition(None), PartitionMark(), PartitionMark(), sink_exists=False, quarantine_exists=False
     )
     assert not (d.fence_sink or d.fence_quarantine or d.problem or d.adopt)
+
+
+def test_a_sink_head_is_ahead_only_beyond_the_ledger_and_not_after_a_reset() -> None:
+    from cohort.pipelines.table_reconcile import ahead_of_ledger
+
+    assert ahead_of_ledger(LedgerPosition(100), PartitionMark(200, 5)) == 200
+    assert ahead_of_ledger(LedgerPosition(None), PartitionMark(50, 5)) == 50
+    assert ahead_of_ledger(LedgerPosition(200), PartitionMark(200, 5)) is None
+    assert ahead_of_ledger(LedgerPosition(300), PartitionMark(200, 5)) is None
+    assert ahead_of_ledger(LedgerPosition(20, after_reset=True), PartitionMark(200, 5)) is None
+    assert ahead_of_ledger(LedgerPosition(None), PartitionMark()) is None
