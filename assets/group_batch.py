@@ -76,7 +76,7 @@ def needs_registry_resource(config: CohortConfig) -> bool:
 
 def slot_config_type(config: CohortConfig) -> dg.Enum:
     """`all` or one of the group's slot numbers: Dagster refuses any other value when the run is launched."""
-    values = [dg.EnumValue(ALL_SLOTS, python_value=0, description="every worker slot, in this run")]
+    values = [dg.EnumValue(ALL_SLOTS, python_value=0, description="every worker slot of this host, in this run")]
     values += [
         dg.EnumValue(str(slot), python_value=slot, description=f"worker slot {slot} only")
         for slot in range(1, config.worker_slots + 1)
@@ -192,7 +192,7 @@ def build_group_assets(
             "slot": dg.Field(
                 slot_config_type(config),
                 default_value=ALL_SLOTS,
-                description="Which worker slots this run hosts: all of them (default), or one (1..N).",
+                description="Which worker slots this run hosts: all of this host's (default), or one (1..N).",
             ),
             "replay_from": dg.Field(
                 str,
@@ -212,7 +212,7 @@ def build_group_assets(
         spark: SparkResource = context.resources.spark
         op = context.op_execution_context
         slot = int(op.op_config["slot"])
-        slots = [slot] if slot else group.slots()
+        slots = [slot] if slot else list(config.launched_slots)
         if context.selected_asset_keys:
             replay = _replay(context, str(op.op_config["replay_from"]))
             registry = getattr(context.resources, REGISTRY_RESOURCE_KEY) if registry_keys else None

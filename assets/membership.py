@@ -108,6 +108,16 @@ class Rerun:
     reason: str
     of: str  # the lost run's id, "" when unknown
 
+    @property
+    def run_key(self) -> str:
+        """Unique for this loss of this slot (the group's name goes in front of it in Dagster's run key)."""
+        return f"slot-{self.slot}:gen-{self.generation}:{self.key}"
+
+    @property
+    def loss(self) -> str:
+        """What names the loss across Dagster instances (the key of its rerun claim): the lost run's id."""
+        return self.of or self.run_key
+
 
 @dataclass(frozen=True)
 class Note:
@@ -170,7 +180,7 @@ def decide_reruns(
             continue  # a clean leave, or a finished static member whose session ran out: nothing orphaned
         notes.append(Note("info", f"slot {slot} lost member {event.member_id} ({event.reason})"))
         rerun = Rerun(slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
-        requests[_run_key(rerun)] = rerun
+        requests[rerun.run_key] = rerun
         if run_id:
             rerun_runs.append(run_id)
     slots_by_run: dict[str, set[int]] = {}
@@ -186,11 +196,7 @@ def decide_reruns(
                 continue
             reason = f"run {run.run_id} {run.state.value}"
             rerun = Rerun(slot, generation, f"rerun-{run.run_id[:8]}", reason, run.run_id)
-            requests[_run_key(rerun)] = rerun
+            requests[rerun.run_key] = rerun
     members = {mid: v for mid, v in known.items() if mid not in removed and mid in live}
     cursor = GroupCursor(last_event, members, scanned_until, tuple(rerun_runs[-REMEMBERED_RERUNS:]))
     return Reruns(tuple(requests.values()), cursor, tuple(notes))
-
-
-def _run_key(rerun: Rerun) -> str:
-    return f"slot-{rerun.slot}:gen-{rerun.generation}:{rerun.key}"

@@ -18,6 +18,7 @@ budget is spent, resuming at the next tick.
 """
 
 import hashlib
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -40,6 +41,12 @@ from cohort.resources.kafka import KafkaResource
 __all__ = ["RERUN_TAG", "build_membership_sensor", "build_topic_sensor", "due"]
 
 
+def instance_identity(instance: dg.DagsterInstance) -> str:
+    """This Dagster instance as a rerun claim's holder: the host's name and the instance's home directory
+    (two instances on one host differ by their home)."""
+    return f"{socket.gethostname()}:{instance.root_directory}"[:200]
+
+
 def due(record: GroupRecord, now: float) -> bool:
     """Whether the clock has made anything due in `record` (an expiry, a join phase, a pending id)."""
     deadlines = [record.rebalance_deadline, record.initial_delay_until, *record.pending.values()]
@@ -55,9 +62,9 @@ _DAGSTER_STATES = {
 }
 
 
-def _slots_of_run(run: dg.DagsterRun, slots: int) -> tuple[int, ...]:
+def _slots_of_run(run: dg.DagsterRun, slots: tuple[int, ...]) -> tuple[int, ...]:
     """The worker slots a batch run of the group hosts: its `cohort/slot` tag (every batch run sets it), or
-    its op config (one slot, or `all`) for a run that ended before tagging itself."""
+    its op config (one slot, or `all`: this host's `slots`) for a run that ended before tagging itself."""
     tagged = run.tags.get(SLOT_TAG, "")
     if tagged and all(part.isdigit() for part in tagged.split(",")):
         return tuple(int(part) for part in tagged.split(","))
@@ -66,12 +73,12 @@ def _slots_of_run(run: dg.DagsterRun, slots: int) -> tuple[int, ...]:
         config = op.get("config") if isinstance(op, dict) else None
         slot = config.get("slot") if isinstance(config, dict) else None
         if slot == ALL_SLOTS:
-            return tuple(range(1, slots + 1))
+            return slots
         if isinstance(slot, str) and slot.isdigit():
             return (int(slot),)
         if isinstance(slot, int) and not isinstance(slot, bool):
             return (slot,)
-    return tuple(range(1, slots + 1))  # no config: the default hosts every slot
+    return slots  # no config: the default hosts every slot of this host
 
 
 def _is_batch_run(run: dg.DagsterRun, group: str, worker_job: str) -> bool:
@@ -80,7 +87,7 @@ def _is_batch_run(run: dg.DagsterRun, group: str, worker_job: str) -> bool:
     return run.job_name == worker_job or run.tags.get(GROUP_TAG) == group
 
 
-def _view(run: dg.DagsterRun, group: str, worker_job: str, slots: int) -> RunView:
+def _view(run: dg.DagsterRun, group: str, worker_job: str, slots: tuple[int, ...]) -> RunView:
     return RunView(
         run.run_id,
         _DAGSTER_STATES.get(run.status, RunState.OTHER),
@@ -93,7 +100,7 @@ def _read_runs(
     instance: dg.DagsterInstance,
     group: str,
     worker_job: str,
-    slots: int,
+    slots: tuple[int, ...],
     run_ids: Sequence[str],
     dead_since: float,
 ) -> dict[str, RunView]:
@@ -114,7 +121,7 @@ def _read_runs(
 
 def _rerun_request(config: CohortConfig, translator: DagsterCohortTranslator, rerun: Rerun) -> dg.RunRequest:
     return dg.RunRequest(
-        run_key=f"{config.group}:slot-{rerun.slot}:gen-{rerun.generation}:{rerun.key}",
+        run_key=f"{config.group}:{rerun.run_key}",
         job_name=translator.get_job_name(config.group),
         run_config=worker_run_config(config, rerun.slot),
         tags={
@@ -134,8 +141,10 @@ def _membership_tick(
     group: CohortGroupResource,
     clock: Clock | None,
     seen: GroupCursor,
+    host: str,
 ) -> tuple[GroupCursor, list[dg.RunRequest]]:
-    """One group: read, decide the evictions, apply them; read the new events, decide the reruns, request them."""
+    """One group: read, decide the evictions, apply them; read the new events, decide the reruns, claim each in
+    the store for `host` (this Dagster instance) and request those it won."""
     coordinator = group.get_coordinator(clock)
     worker_job = translator.get_job_name(config.group)
     record = coordinator.store.load(config.group)  # None until a member first joins: runs are watched anyway
@@ -147,7 +156,7 @@ def _membership_tick(
         context.instance,
         config.group,
         worker_job,
-        config.worker_slots,
+        config.launched_slots,
         sorted({rid for _s, rid in known.values() if rid}),
         seen.runs_scanned_until,
     )
@@ -175,7 +184,15 @@ def _membership_tick(
     )
     for note in decided.notes:
         (context.log.warning if note.level == "warning" else context.log.info)(f"group {config.group!r}: {note.text}")
-    return decided.cursor, [_rerun_request(config, translator, rerun) for rerun in decided.reruns]
+    requests = []
+    for rerun in decided.reruns:
+        # other Dagster instances on the same store see the same loss: the store answers which one reruns it
+        holder = coordinator.claim_rerun(config.group, lost=rerun.loss, slot=rerun.slot, holder=host)
+        if holder == host:
+            requests.append(_rerun_request(config, translator, rerun))
+        else:
+            context.log.info(f"group {config.group!r}: slot {rerun.slot} ({rerun.reason}) is rerun by {holder}")
+    return decided.cursor, requests
 
 
 def build_membership_sensor(
@@ -206,6 +223,7 @@ def build_membership_sensor(
     )
     def membership_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         started = time.monotonic()
+        host = instance_identity(context.instance)
         cursor = MembershipCursor.from_json(context.cursor)
         groups = dict(cursor.groups)
         requests: list[dg.RunRequest] = []
@@ -220,7 +238,7 @@ def build_membership_sensor(
             config = order[position]
             group: CohortGroupResource = getattr(context.resources, config.resource_key)
             seen = groups.get(config.group, GroupCursor())
-            groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen)
+            groups[config.group], made = _membership_tick(context, config, translator, group, clock, seen, host)
             requests += made
         if not requests:
             context.log.info(f"{len(order)} group(s) checked: no member lost work")
@@ -292,7 +310,7 @@ def build_topic_sensor(
             digest = hashlib.sha1(repr(sorted(now.items())).encode()).hexdigest()[:10]
             generation = group.get_coordinator(clock).describe_group(config.group).generation
             context.log.info(f"group {config.group!r}: subscribed topics changed to {now}; rebalance={rebalanced}")
-            for slot in group.slots():
+            for slot in config.launched_slots:
                 requests.append(
                     dg.RunRequest(
                         run_key=f"{config.group}:slot-{slot}:gen-{generation}:topics-{digest}",

@@ -169,6 +169,10 @@ class CohortConfig:
         freshness_s: the lag check fails for a partition that is more than `lag_threshold` records behind
             and has had no commit for this many seconds (default one hour: a group on a 15-minute schedule
             that misses four batches in a row).
+        host_slots: the worker slots this Dagster deployment launches (its schedule, the topic sensor, a
+            Materialize of every slot); None: all of them. When several Dagster instances (hosts) run one group
+            on a shared store, give each its own share; a lost slot is rerun by whichever host's membership
+            sensor claims the loss first in the store.
     """
 
     group_resource: CohortGroupResource
@@ -177,6 +181,7 @@ class CohortConfig:
     lag_threshold: int = 0
     schedule: str | None = "*/15 * * * *"
     freshness_s: float = 3600.0
+    host_slots: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_resource, CohortGroupResource):
@@ -192,6 +197,17 @@ class CohortConfig:
             raise ValueError(f"lag_threshold must be >= 0, got {self.lag_threshold}")
         if not self.freshness_s > 0:
             raise ValueError(f"freshness_s must be > 0, got {self.freshness_s}")
+        if self.host_slots is not None:
+            self._check_host_slots(self.host_slots)
+
+    def _check_host_slots(self, slots: Sequence[int]) -> None:
+        if isinstance(slots, str) or not slots:
+            raise ValueError(f"host_slots must be a non-empty sequence of worker slots, got {slots!r}")
+        wrong = [s for s in slots if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= self.worker_slots]
+        if wrong:
+            raise ValueError(f"group {self.group!r} has worker slots 1..{self.worker_slots}; host_slots has {wrong}")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"host_slots names a slot twice: {list(slots)}")
 
     @property
     def group(self) -> str:
@@ -212,6 +228,13 @@ class CohortConfig:
     def worker_slots(self) -> int:
         """How many worker slots (static members) the group has."""
         return self.group_resource.worker_slots
+
+    @property
+    def launched_slots(self) -> tuple[int, ...]:
+        """The worker slots this deployment launches: `host_slots`, or every slot."""
+        if self.host_slots is None:
+            return tuple(range(1, self.worker_slots + 1))
+        return tuple(sorted(self.host_slots))
 
     @property
     def asset_topics(self) -> tuple[str, ...]:

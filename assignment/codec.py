@@ -129,6 +129,7 @@ def encode_group(g: GroupRecord) -> str:
             "next_seq": g.next_seq,
             "reason": g.rebalance_reason,
             "created_at": g.created_at,
+            "rerun_claims": dict(g.rerun_claims),
         }
     )
 
@@ -151,6 +152,7 @@ def decode_group(name: str, state: str, generation: int, text: str, members: dic
         next_seq=d["next_seq"],
         rebalance_reason=d["reason"],
         created_at=d["created_at"],
+        rerun_claims=d.get("rerun_claims", {}),  # absent in records written before claims existed
     )
 
 

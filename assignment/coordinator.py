@@ -49,6 +49,7 @@ from cohort.assignment.messages import (
     SyncPending,
 )
 from cohort.assignment.protocol import (
+    decide_claim_rerun,
     decide_delete,
     decide_evict,
     decide_expire,
@@ -226,6 +227,11 @@ class Coordinator:
             validate_topic_name(topic)
         counts = dict(partitions_per_topic)
         return bool(self._run(group, lambda g, _h, ctx: decide_metadata(g, group, counts, ctx)).result())
+
+    def claim_rerun(self, group: str, *, lost: str, slot: int, holder: str) -> str:
+        """Claim the rerun of a lost run (`lost`: its id, or a key naming the loss) of worker slot `slot` for
+        `holder` (the orchestrator asking); returns who holds the claim: rerun only when it is `holder`."""
+        return str(self._run(group, lambda g, _h, ctx: decide_claim_rerun(g, group, lost, slot, holder, ctx)).result())
 
     def delete_group(self, group: str) -> None:
         """Delete an Empty group and its ledger; NON_EMPTY_GROUP while it has members."""

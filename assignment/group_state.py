@@ -23,6 +23,7 @@ from cohort.common.types import TopicPartition
 from cohort.common.validation import is_integer, is_number
 
 __all__ = [
+    "REMEMBERED_CLAIMS",
     "TRANSITIONS",
     "EventKind",
     "GroupConfig",
@@ -40,6 +41,10 @@ __all__ = [
     "subscribed_counts",
     "transition",
 ]
+
+
+REMEMBERED_CLAIMS = 256
+"""How many rerun claims a group record keeps (the oldest are dropped: a loss is claimed within a tick)."""
 
 
 class GroupState(StrEnum):
@@ -167,6 +172,8 @@ class GroupRecord:
 
     `pending` maps member ids handed out with MEMBER_ID_REQUIRED (not yet members) to their expiry.
     `rebalance_deadline` and `initial_delay_until` are set only in PreparingRebalance.
+    `rerun_claims` maps a lost run (or loss) to the orchestrator that claimed its rerun, the latest
+    `REMEMBERED_CLAIMS` in claim order: of several hosts' sensors seeing one loss, one reruns it.
     """
 
     name: str
@@ -183,6 +190,7 @@ class GroupRecord:
     next_seq: int = 0
     rebalance_reason: str | None = None
     created_at: float = 0.0
+    rerun_claims: Mapping[str, str] = field(default_factory=dict)
 
     def with_member(self, member: MemberRecord) -> GroupRecord:
         """A copy with `member` added or replaced."""
@@ -212,6 +220,7 @@ class EventKind(StrEnum):
     GENERATION = "generation"
     ASSIGNMENT = "assignment"
     METADATA = "metadata"
+    RERUN_CLAIMED = "rerun_claimed"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,15 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import EventKind, GroupRecord, GroupState, Outcome, effective_topics, transition
+from cohort.assignment.group_state import (
+    REMEMBERED_CLAIMS,
+    EventKind,
+    GroupRecord,
+    GroupState,
+    Outcome,
+    effective_topics,
+    transition,
+)
 from cohort.assignment.join import decide_join
 from cohort.assignment.messages import Decision, HeartbeatResult, SyncComplete, SyncPending
 from cohort.assignment.rebalance import (
@@ -43,6 +51,7 @@ from cohort.common.validation import INT32_MAX, is_integer
 __all__ = [
     "Context",
     "check_member",
+    "decide_claim_rerun",
     "decide_delete",
     "decide_evict",
     "decide_expire",
@@ -228,6 +237,29 @@ def decide_expire(group: GroupRecord | None, name: str, ctx: Context) -> Decisio
     if group is None:
         return Decision(start(None, name, ctx), error=GroupIdNotFoundError(f"group {name!r} does not exist"))
     return Decision(start(group, name, ctx))
+
+
+def decide_claim_rerun(
+    group: GroupRecord | None, name: str, lost: str, slot: int, holder: str, ctx: Context
+) -> Decision[str]:
+    """Claim the rerun of `lost` (a lost run's id, or another key of one loss) for `holder`; answer who holds
+    it: `holder` on the first claim (and on a repeated one), the first claimant otherwise. Orchestrators
+    sharing the store (several Dagster instances) each see the loss: only the answer's holder reruns it. A
+    group that does not exist has no member another host could rerun: the claim is granted, not recorded."""
+    if not lost or not holder:
+        return Decision(start(group, name, ctx), error=InvalidRequestError("a rerun claim needs a loss and a holder"))
+    if group is None:
+        return Decision(start(None, name, ctx), response=holder)
+    outcome = start(group, name, ctx)
+    current = outcome.group
+    held = current.rerun_claims.get(lost)
+    if held is not None:
+        return Decision(outcome, response=held)
+    claims = {**current.rerun_claims, lost: holder}
+    claims = dict(list(claims.items())[-REMEMBERED_CLAIMS:])
+    outcome = outcome.but(replace(current, rerun_claims=claims))
+    outcome = outcome.event(ctx.now, EventKind.RERUN_CLAIMED, reason=f"slot {slot}: rerun of {lost} by {holder}")
+    return Decision(outcome, response=holder)
 
 
 # ---------------------------------------------------------------------------------- metadata, delete

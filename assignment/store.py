@@ -136,6 +136,7 @@ def _header_changed(old: GroupRecord, new: GroupRecord) -> bool:
         or old.next_seq != new.next_seq
         or old.rebalance_reason != new.rebalance_reason
         or old.created_at != new.created_at
+        or old.rerun_claims is not new.rerun_claims
     )
 
 

@@ -36,7 +36,10 @@ class SparkResource(dg.ConfigurableResource):
     )
     remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:15002); excludes master.")
     app_name: str = Field(default="cohort", description="Spark application name.")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration properties.")
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark configuration properties (over Spark Connect: set on the session, not the server).",
+    )
     log_level: str = Field(default="ERROR", description="SparkContext log level for local and master sessions.")
 
     _owned: OwnedSession | None = PrivateAttr(default=None)
@@ -52,13 +55,16 @@ class SparkResource(dg.ConfigurableResource):
     def get_session(self) -> SparkSession:
         """The SparkSession (created on first use, then cached; Spark keeps one session per process)."""
         if self._owned is None:
-            owned = open_session(
-                master=None if self.remote else self.master,
-                remote=self.remote,
-                app_name=self.app_name,
-                conf={"spark.ui.showConsoleProgress": "false", **self.conf},
-            )
-            if not self.remote:
+            if self.remote:
+                # Spark Connect: `conf` is set on the session; the server refuses static settings (a classic
+                # session's UI defaults among them) with a CANNOT_MODIFY_CONFIG warning, so nothing else is sent
+                owned = open_session(remote=self.remote, app_name=self.app_name, conf=self.conf)
+            else:
+                owned = open_session(
+                    master=self.master,
+                    app_name=self.app_name,
+                    conf={"spark.ui.showConsoleProgress": "false", **self.conf},
+                )
                 owned.session.sparkContext.setLogLevel(self.log_level)
             self._owned = owned
         return self._owned.session

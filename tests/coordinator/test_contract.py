@@ -21,7 +21,7 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import GroupConfig, GroupState
+from cohort.assignment.group_state import REMEMBERED_CLAIMS, EventKind, GroupConfig, GroupState
 from cohort.assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete
 from cohort.assignment.types import COOPERATIVE, EAGER
 from cohort.common.names import InvalidNameError
@@ -411,3 +411,34 @@ def test_leader_assignment_is_validated(coordinator: Coordinator) -> None:
         assert coordinator.describe_group("g").state is GroupState.COMPLETING_REBALANCE
     a.sync({a.member_id: [tp("t", 1)], b.member_id: [tp("t", 0)]})  # type: ignore[dict-item]
     assert a.owned == (tp("t", 1),)
+
+
+# ------------------------------------------------------------------------------------------ rerun claims
+
+
+def test_one_loss_is_claimed_for_rerun_by_one_holder_across_coordinators(make_coordinator: CoordinatorFactory) -> None:
+    host_a, host_b = make_coordinator(), make_coordinator()  # two orchestrators on one store
+    host_a.report_topic_metadata("g", {"t": 2})
+    a = Client(host_a, "g", "a")
+    _stable(host_a, a)
+    assert host_b.claim_rerun("g", lost="run-1", slot=1, holder="host-b") == "host-b"
+    assert host_a.claim_rerun("g", lost="run-1", slot=1, holder="host-a") == "host-b"
+    assert host_b.claim_rerun("g", lost="run-1", slot=1, holder="host-b") == "host-b"  # a repeated tick
+    assert host_a.claim_rerun("g", lost="run-2", slot=2, holder="host-a") == "host-a"
+    claimed = [e.reason for _, e in host_a.group_events("g") if e.kind is EventKind.RERUN_CLAIMED]
+    assert claimed == ["slot 1: rerun of run-1 by host-b", "slot 2: rerun of run-2 by host-a"]
+    a.heartbeat()  # the claims changed nothing of the protocol's state
+    assert host_a.describe_group("g").state is GroupState.STABLE
+
+
+def test_rerun_claims_are_bounded_and_need_a_loss_and_a_holder(coordinator: Coordinator) -> None:
+    coordinator.report_topic_metadata("g", {"t": 1})
+    for n in range(REMEMBERED_CLAIMS + 5):
+        coordinator.claim_rerun("g", lost=f"run-{n}", slot=1, holder="h")
+    record = coordinator.store.load("g")
+    assert record is not None and len(record.rerun_claims) == REMEMBERED_CLAIMS
+    assert "run-0" not in record.rerun_claims and f"run-{REMEMBERED_CLAIMS + 4}" in record.rerun_claims
+    with pytest.raises(InvalidRequestError):
+        coordinator.claim_rerun("g", lost="", slot=1, holder="h")
+    assert coordinator.claim_rerun("never-joined", lost="run-x", slot=1, holder="h") == "h"
+    assert coordinator.store.load("never-joined") is None

@@ -1,0 +1,444 @@
+"""Freshness: from records produced to their rows readable in the sink and their offsets committed, per scheduled run.
+
+On the embedded Tansu broker, with a SQLite coordinator store and a Dagster instance in a temporary DAGSTER_HOME:
+one group of one worker slot (`initial_rebalance_delay_s=0`) per mode, each on its own topic and sink, differing
+only in their Spark:
+
+- **cold**: `SparkResource()`, a local Spark (a JVM) started by each run and ended with it;
+- **warm**: `SparkResource(master=None, remote=...)`, a Spark Connect server started once for the whole benchmark
+  (tests/support/spark_connect.py: PySpark's own distribution, local[2]), which every run connects to; each run
+  opens a Spark Connect session and releases it at its end, as the resource does;
+- **kept** (only with `--modes`, a prototype): the same server, but every run of the slot attaches to one
+  server-side session (`;session_id=` in the URL) and leaves it open at its end (the client's
+  `release_session_on_close` set to False), so the server's Python workers of that session serve every run.
+
+Each run is what Dagster's run launcher does for a scheduled run: a fresh process (benchmarks/freshness_run.py)
+that imports the code, builds the Definitions, opens the instance and executes the group's worker job for slot 1:
+with the job's own executor as `dagster api execute_run` does for a launched run (`--executor launched`, the
+default: `dg.execute_job` on the reconstructable job; the worker job runs its one step in the run process), or with
+`execute_in_process` (`--executor in_process`).
+The measurement starts when the run process is spawned: the schedule's interval and the Dagster daemon's tick and
+queue before that are not included.
+Before each run, N new records (default 1,000, JSON, over 4 partitions) are produced to the group's topic (in a few
+milliseconds, just before the launch); the modes take turns, the order rotating every round, after one first run per
+mode that is reported but left out of the medians (the instance's and the store's first use, the server's first
+jobs).
+
+Per run:
+- **launch -> commit**: from spawning the run process to the ledger's commit of its batch (the `committed_at` of
+  the run's entries in `Coordinator.ledger_history`; both are wall-clock `time.time()` seconds on this host);
+- **produce -> commit**: the median over the batch's records of the commit time minus the record's produce time
+  (its Kafka timestamp, CreateTime, set by the producer; read back from the sink);
+- **readable**: right after the run, the sink holds exactly the batch's offsets (pyarrow over the Parquet sink);
+  the rows are published just after the commit (rename of the staged range directories, then the Kafka mirror):
+  **launch -> published** is the end of `run_batch` less its mirror stage;
+- the **split** of launch -> commit, from the run's report (see benchmarks/freshness_run.py): the interpreter's
+  start, imports, the Definitions, the Dagster instance, from the instance to the step's start (the run stored,
+  the resources up; a step process too, for a job whose executor starts one), the worker before the group join (run tags,
+  unreported ranges, topic metadata), the join, after the join (partition counts, dynamic partitions), the Spark
+  session, before the batch, and `run_batch` until the commit (its `stage_seconds` are shown too);
+- CPU seconds: the run process and everything it started and reaped (the local JVM and its Python workers in
+  cold runs), and the Connect server's process tree (its JVM and Python workers, those alive at the run's end).
+
+Usage:
+    python -m benchmarks.freshness                          # cold and warm, 7 runs each after the first
+    python -m benchmarks.freshness --quick                  # 3 runs per mode
+    python -m benchmarks.freshness --modes cold,warm,kept   # with the kept-session prototype
+    python -m benchmarks.freshness --executor in_process    # execute_in_process instead of a launched run's path
+
+The last line printed is one JSON object: {"records", "runs", "executor", and per mode M: "M_launch_to_commit_s",
+"M_launch_to_commit_p90_s", "M_produce_to_commit_s", "M_launch_to_published_s", "M_split_s"; then
+"connect_server_startup_s", "all_readable", "target_s", "target_met"}; times are medians over the runs (p90: the
+90th percentile), in seconds; the target is the warm mode's median launch -> commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from cohort.assignment.coordinator import Coordinator
+from cohort.devtools.embedded_broker import EmbeddedBroker
+from cohort.devtools.topics import create_topic, produce
+from tests.support.spark_connect import REPOSITORY, SparkConnectServer, _clean_env
+
+MODES = ("cold", "warm", "kept")
+TARGET_S = 5.0
+RUN_TIMEOUT_S = 600.0
+SPLIT = (
+    "interpreter",
+    "imports",
+    "definitions",
+    "dagster_instance",
+    "dagster_run_to_step",
+    "before_join",
+    "group_join",
+    "after_join",
+    "spark_session",
+    "before_batch",
+    "batch_to_commit",
+)
+"""The parts of launch -> commit, in order (they add up to it): see `split`."""
+
+
+@dataclass
+class Run:
+    """One measured run of a mode."""
+
+    mode: str
+    label: str
+    spawn: float
+    exited: float
+    committed_at: float
+    report: dict[str, Any]
+    produce_to_commit: list[float]
+    readable: bool
+    cpu_s: float
+    server_cpu_s: float
+    load: float
+    split: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def launch_to_commit(self) -> float:
+        return self.committed_at - self.spawn
+
+    @property
+    def launch_to_published(self) -> float:
+        """Launch to the end of `run_batch` less its Kafka mirror: the rows were published (renamed) by then."""
+        return self.report["batch"][1] - self.report["stage_seconds"].get("mirror", 0.0) - self.spawn
+
+    @property
+    def process_s(self) -> float:
+        return self.exited - self.spawn
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of a process and each of its live descendants (with their reaped children), by pid (Linux)."""
+
+    def stat(p: int) -> list[str]:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                children.setdefault(int(stat(int(entry))[1]), []).append(int(entry))
+            except OSError:
+                continue
+    found, stack, tick = {}, [pid], os.sysconf("SC_CLK_TCK")
+    while stack:
+        current = stack.pop()
+        try:
+            found[current] = sum(int(x) for x in stat(current)[11:15]) / tick
+        except OSError:
+            continue
+        stack.extend(children.get(current, []))
+    return found
+
+
+def cpu_since(before: Mapping[int, float], after: Mapping[int, float]) -> float:
+    """CPU seconds the processes alive at `after` used since `before`. Approximate: a process that ended in between
+    is left out, unless a process of the tree reaped it (then its parent's count holds all of its CPU)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+def records(first: int, count: int, partitions: int) -> list[tuple[int, bytes, bytes]]:
+    """`count` JSON events with ids from `first`, over the partitions in turn."""
+    return [
+        (i % partitions, f"k{i}".encode(), json.dumps({"id": i, "kind": "view"}).encode())
+        for i in range(first, first + count)
+    ]
+
+
+def split(report: Mapping[str, Any], spawn: float, committed_at: float) -> dict[str, float]:
+    """Launch -> commit in consecutive parts (seconds), from the run's own timeline."""
+    marks = [
+        spawn,
+        report["main"],  # the interpreter is up
+        report["imported"],  # Dagster, PySpark, Cohort
+        report["defs"],  # build_cohort_definitions, the job resolved
+        report["instance"],  # DagsterInstance.get()
+        report["events"]["STEP_START"][0],  # execute_in_process: the run stored, resources up, the step started
+        report["join"][0],  # run tags, unreported ranges, topic metadata, the coordinator
+        report["join"][1],  # GroupMember.join(): the group protocol
+        report["spark_session"][0],  # partition counts, the instance's dynamic partitions
+        report["spark_session"][1],  # SparkResource.get_session()
+        report["batch"][0],  # the Kafka mirror, the new-partitions query
+        committed_at,  # run_batch up to its ledger commit
+    ]
+    return {name: marks[i + 1] - marks[i] for i, name in enumerate(SPLIT)}
+
+
+def sink_rows(sink: str) -> Any:
+    """The sink's Kafka partition, offset and timestamp (the record's, a UTC timestamp) columns."""
+    table = ds.dataset(sink, format="parquet", partitioning="hive").to_table(columns=["kafka"])
+    kafka = table.column("kafka").combine_chunks()
+    return {name: kafka.field(name) for name in ("partition", "offset", "timestamp")}
+
+
+def read_back(sink: str, ranges: Sequence[Sequence[int]], count: int) -> tuple[bool, list[float]]:
+    """(whether the sink holds exactly the offsets of `ranges`, once each and `count` in all; the rows' produce
+    times, in seconds since the epoch)."""
+    columns = sink_rows(sink)
+    wanted = None
+    for partition, start, until, _ in ranges:
+        here = pc.and_(
+            pc.equal(columns["partition"], partition),
+            pc.and_(pc.greater_equal(columns["offset"], start), pc.less(columns["offset"], until)),
+        )
+        wanted = here if wanted is None else pc.or_(wanted, here)
+    if wanted is None:
+        return False, []
+    keys = sorted(
+        zip(
+            pc.filter(columns["partition"], wanted).to_pylist(),
+            pc.filter(columns["offset"], wanted).to_pylist(),
+            strict=True,
+        )
+    )
+    expected = sorted((p, o) for p, start, until, _ in ranges for o in range(start, until))
+    readable = keys == expected and len(keys) == count
+    return readable, [t.timestamp() for t in pc.filter(columns["timestamp"], wanted).to_pylist()]
+
+
+def p90(values: Sequence[float]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 runs per mode instead of 7")
+    parser.add_argument("--runs", type=int, default=None, help="measured runs per mode (overrides --quick)")
+    parser.add_argument("--records", type=int, default=1000, help="records produced before each run")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--modes", default="cold,warm", help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument(
+        "--executor",
+        choices=("launched", "in_process"),
+        default="launched",
+        help="how the run executes: with the job's own executor as a launched run does (dg.execute_job), or "
+        "with execute_in_process (see benchmarks/freshness_run.py)",
+    )
+    args = parser.parse_args()
+    runs_per_mode = args.runs or (3 if args.quick else 7)
+    modes = tuple(args.modes.split(","))
+    if not set(modes) <= set(MODES) or "warm" not in modes:
+        parser.error(f"--modes takes {', '.join(MODES)}, warm included")
+    began = time.perf_counter()
+
+    with (
+        EmbeddedBroker() as broker,
+        tempfile.TemporaryDirectory(prefix="cohort-freshness-") as tmp,
+    ):
+        config = {"bootstrap.servers": broker.bootstrap_servers}
+        home = Path(tmp) / "dagster"
+        home.mkdir()
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        store_url = f"sqlite:///{tmp}/cohort.db"
+        jobs = {
+            mode: {
+                "bootstrap": broker.bootstrap_servers,
+                "group": f"bench-freshness-{mode}",
+                "topic": f"bench-freshness-{mode}",
+                "sink": f"{tmp}/lake-{mode}",
+                "store_url": store_url,
+                "remote": None,
+                "keep_session": mode == "kept",
+                "executor": args.executor,
+            }
+            for mode in modes
+        }
+        for job in jobs.values():
+            create_topic(config, job["topic"], args.partitions)
+
+        started = time.perf_counter()
+        server = SparkConnectServer(root=Path(tmp) / "connect").start()
+        server_startup_s = time.perf_counter() - started
+        jobs["warm"]["remote"] = server.url
+        if "kept" in jobs:
+            jobs["kept"]["remote"] = f"{server.url}/;session_id={uuid.uuid4()}"
+        assert server._process is not None
+        server_pid = server._process.pid
+        coordinator = Coordinator.from_url(store_url)
+        produced = dict.fromkeys(modes, 0)
+        env = _clean_env(DAGSTER_HOME=str(home), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+
+        def run(mode: str, label: str) -> Run:
+            job = jobs[mode]
+            produce(config, job["topic"], records(produced[mode], args.records, args.partitions))
+            produced[mode] += args.records
+            report_path = Path(tmp) / f"report-{mode}-{label}.json"
+            log = Path(tmp) / f"run-{mode}-{label}.log"
+            load = os.getloadavg()[0]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_cpu = tree_cpu(server_pid)
+            with log.open("wb") as out:
+                spawn = time.time()
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.freshness_run", json.dumps({**job, "report": str(report_path)})],
+                    cwd=REPOSITORY,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+                code = process.wait(RUN_TIMEOUT_S)
+                exited = time.time()
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_cpu_s = cpu_since(server_cpu, tree_cpu(server_pid))
+            if code != 0 or not report_path.exists():
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                raise SystemExit(f"{mode} run {label} exited {code}; {log}:\n{tail}")
+            report = json.loads(report_path.read_text())
+            if report.get("connect") != (mode != "cold"):
+                raise SystemExit(f"{mode} run {label}: the run's session was {'not ' * (mode != 'cold')}Spark Connect")
+            committed = {
+                e.committed_at
+                for p in range(args.partitions)
+                for e in coordinator.ledger_history(job["group"], job["topic"], p)
+                if e.run_id == report["run_id"]
+            }
+            if len(committed) != 1:
+                raise SystemExit(f"{mode} run {label}: {len(committed)} commit times in the ledger, expected one")
+            committed_at = committed.pop()
+            if sum(r[3] for r in report["ranges"]) != args.records:
+                raise SystemExit(f"{mode} run {label}: committed {report['ranges']}, not {args.records} records")
+            readable, produced_at = read_back(job["sink"], report["ranges"], args.records)
+            return Run(
+                mode=mode,
+                label=label,
+                spawn=spawn,
+                exited=exited,
+                committed_at=committed_at,
+                report=report,
+                produce_to_commit=[committed_at - t for t in produced_at],
+                readable=readable,
+                cpu_s=after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime,
+                server_cpu_s=server_cpu_s,
+                load=load,
+                split=split(report, spawn, committed_at),
+            )
+
+        def show(r: Run) -> None:
+            parts = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.split.items())
+            stages = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.report["stage_seconds"].items())
+            print(
+                f"{r.mode:<5}{r.label:<6} load {r.load:4.2f}  launch->commit {r.launch_to_commit:6.2f} s  "
+                f"produce->commit {statistics.median(r.produce_to_commit):6.2f} s  "
+                f"launch->published {r.launch_to_published:6.2f} s  process {r.process_s:6.2f} s  "
+                f"readable {r.readable}  CPU {r.cpu_s:5.1f} s (+ server {r.server_cpu_s:4.1f} s)",
+                flush=True,
+            )
+            print(f"     split: {parts}", flush=True)
+            events = r.report["events"]
+            if "step_job" in r.report and "STEP_WORKER_STARTING" in events:
+                spawning, step_start = events["STEP_WORKER_STARTING"][0], events["STEP_START"][0]
+                print(
+                    f"     step process: spawned {spawning - r.report['instance']:.2f} s after the instance opened, "
+                    f"its interpreter and imports {r.report['step_job'] - spawning:.2f} s, the job rebuilt to the "
+                    f"step's start {step_start - r.report['step_job']:.2f} s",
+                    flush=True,
+                )
+            tasks = r.report["task_seconds"]
+            print(
+                f"     batch stages: {stages} (of plan: parallelism {r.report.get('parallelism_s', 0.0):.2f}; "
+                f"reading tasks {min(tasks):.2f} to {max(tasks):.2f}); after the commit: "
+                f"{r.exited - r.committed_at:.2f} s to the process's exit "
+                f"(Spark close {r.report['spark_close'][1] - r.report['spark_close'][0]:.2f} s)",
+                flush=True,
+            )
+
+        print(
+            f"Spark Connect server up in {server_startup_s:.1f} s; {args.records} records per run over "
+            f"{args.partitions} partitions; executor {args.executor}; load {os.getloadavg()[0]:.2f} "
+            f"({os.cpu_count()} cores)",
+            flush=True,
+        )
+        firsts = [run(mode, "first") for mode in modes]
+        for r in firsts:
+            show(r)
+        measured: list[Run] = []
+        for i in range(runs_per_mode):
+            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+                measured.append(run(mode, f"run{i}"))
+                show(measured[-1])
+        server.stop()
+        coordinator.close()
+        load_end = os.getloadavg()[0]
+
+    by_mode = {mode: [r for r in measured if r.mode == mode] for mode in modes}
+    launch = {mode: [r.launch_to_commit for r in by_mode[mode]] for mode in modes}
+    fresh = {mode: [statistics.median(r.produce_to_commit) for r in by_mode[mode]] for mode in modes}
+    published = {mode: [r.launch_to_published for r in by_mode[mode]] for mode in modes}
+    splits = {
+        mode: {name: round(statistics.median(r.split[name] for r in by_mode[mode]), 3) for name in SPLIT}
+        for mode in modes
+    }
+
+    def medians(value: Any) -> str:
+        return "".join(f"{statistics.median(value(r) for r in by_mode[m]):>16.2f}" for m in modes)
+
+    print()
+    print(f"{'':<34}{''.join(f'{m:>16}' for m in modes)}   (median / p90 over {runs_per_mode} runs per mode)")
+    for name, values in (
+        ("launch -> commit", launch),
+        ("produce -> commit", fresh),
+        ("launch -> published", published),
+    ):
+        cells = "".join(f"{statistics.median(values[m]):>9.2f} / {p90(values[m]):<5.2f}" for m in modes)
+        print(f"{name + ' (s)':<34}{cells}")
+    print(f"{'process, launch to exit (s)':<34}{medians(lambda r: r.process_s)}")
+    print(f"{'CPU, run process tree (s)':<34}{medians(lambda r: r.cpu_s)}")
+    print(f"{'CPU, Connect server tree (s)':<34}{medians(lambda r: r.server_cpu_s)}")
+    print("split of launch -> commit (median s):")
+    for name in SPLIT:
+        print(f"  {name:<32}{''.join(f'{splits[m][name]:>16.2f}' for m in modes)}")
+    stage_names = sorted({s for r in measured for s in r.report["stage_seconds"]})
+    print("run_batch stages (median s):")
+    for stage in stage_names:
+        print(f"  {stage:<32}{medians(lambda r, stage=stage: r.report['stage_seconds'].get(stage, 0.0))}")
+    print(f"  {'(of plan: parallelism)':<32}{medians(lambda r: r.report.get('parallelism_s', 0.0))}")
+    print(f"  {'(reading tasks, longest)':<32}{medians(lambda r: max(r.report['task_seconds']))}")
+    all_readable = all(r.readable for r in [*firsts, *measured])
+    warm_median = statistics.median(launch["warm"])
+    print(
+        f"rows readable right after every run: {all_readable}; load {load_end:.2f} at the end; "
+        f"{time.perf_counter() - began:.0f} s in all"
+    )
+    print(
+        f"target: warm launch -> commit < {TARGET_S:.0f} s: "
+        f"{'met' if warm_median < TARGET_S else 'missed'} ({warm_median:.2f} s)"
+    )
+    summary: dict[str, Any] = {"records": args.records, "runs": runs_per_mode, "executor": args.executor}
+    for m in modes:
+        summary[f"{m}_launch_to_commit_s"] = round(statistics.median(launch[m]), 2)
+        summary[f"{m}_launch_to_commit_p90_s"] = round(p90(launch[m]), 2)
+        summary[f"{m}_produce_to_commit_s"] = round(statistics.median(fresh[m]), 2)
+        summary[f"{m}_launch_to_published_s"] = round(statistics.median(published[m]), 2)
+        summary[f"{m}_split_s"] = splits[m]
+    summary.update(
+        connect_server_startup_s=round(server_startup_s, 1),
+        all_readable=all_readable,
+        target_s=TARGET_S,
+        target_met=warm_median < TARGET_S,
+    )
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

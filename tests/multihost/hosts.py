@@ -1,0 +1,262 @@
+"""Hosts of the multi-host test: a Dagster instance each (its DAGSTER_HOME, its `dagster-daemon`), one code location.
+
+A `Host` is what one machine of a deployment would run: `dagster-daemon run -w workspace.yaml` in its own
+DAGSTER_HOME (its own run, event and schedule storage, SQLite; the daemon serves the run queue, the sensors and
+the schedules and starts the code server that launches the runs), with the environment that
+`tests.multihost.host_definitions` reads. The hosts share the coordinator's store (PostgreSQL), the broker and
+the sink, nothing else. Every process a host starts carries `MARKER=<host's marker>` in its environment, so
+its runs' processes (run worker, Spark JVM, Spark's Python workers) are found even after their parent died, and
+killed on teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+from cohort.devtools.ui import stop_process_group
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "COHORT_MULTIHOST_TEST"
+LOCATION = "cohort_multihost"
+INSTANCE_YAML = """\
+telemetry:
+  enabled: false
+run_coordinator:  # the daemon serves the queue: runs launched by `dagster job launch` and by sensors alike
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+"""
+WORKSPACE_YAML = f"""\
+load_from:
+  - python_module:
+      module_name: tests.multihost.host_definitions
+      location_name: {LOCATION}
+      working_directory: {ROOT}
+"""
+MEMBERSHIP_SENSOR = "cohort_membership_sensor"
+TOPIC_SENSOR = "cohort_topic_sensor"
+
+
+# ------------------------------------------------------------------------------------------------ processes
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A live process: pid, parent, start time (to tell a reused pid), name and command line."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    started: int
+    name: str
+    cmdline: str
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
+def _stat(pid: int) -> tuple[str, list[str]] | None:
+    """(name, the fields after the name) of /proc/<pid>/stat; None when the process is gone."""
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    if ")" not in stat:
+        return None
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def marked(marker: str) -> dict[int, Proc]:
+    """Live processes (zombies excluded) whose environment carries `MARKER=marker`."""
+    found = {}
+    needle = f"{MARKER}={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or needle not in _read(f"/proc/{entry}/environ").split(b"\0"):
+            continue
+        stat = _stat(int(entry))
+        if stat is None or stat[1][0] == "Z":
+            continue
+        name, fields = stat  # state, ppid, pgrp, ..., starttime (field 22 of stat)
+        cmdline = _read(f"/proc/{entry}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+        found[int(entry)] = Proc(int(entry), int(fields[1]), int(fields[2]), int(fields[19]), name, cmdline)
+    return found
+
+
+def descendants(procs: Mapping[int, Proc], root: int) -> dict[int, Proc]:
+    """`root` and every process below it in `procs`."""
+    tree, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in procs:
+            tree[pid] = procs[pid]
+        frontier += [p.pid for p in procs.values() if p.ppid == pid]
+    return tree
+
+
+def alive(proc: Proc) -> bool:
+    """Whether the process still runs (the same one: same start time; a zombie has ended)."""
+    stat = _stat(proc.pid)
+    return stat is not None and stat[1][0] != "Z" and int(stat[1][19]) == proc.started
+
+
+def kill(procs: Mapping[int, Proc]) -> None:
+    """SIGKILL these processes by pid, each only if it is still the same process."""
+    for proc in procs.values():
+        if alive(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------------- hosts
+
+
+@dataclass
+class Host:
+    """One Dagster deployment: its name, DAGSTER_HOME, environment and (once started) daemon and instance."""
+
+    name: str
+    root: Path
+    env: dict[str, str]
+    marker: str
+    daemon: subprocess.Popen[bytes] | None = None
+    instance: dg.DagsterInstance | None = None
+    _logs: list[Any] = field(default_factory=list)
+
+    @property
+    def home(self) -> Path:
+        return Path(self.env["DAGSTER_HOME"])
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / f"daemon-{self.name}.log"
+
+    def start(self) -> None:
+        """`dagster-daemon run -w workspace.yaml` in this host's DAGSTER_HOME, in a session of its own."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "dagster.yaml").write_text(INSTANCE_YAML)
+        daemon = str(Path(sys.executable).parent / "dagster-daemon")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by stop()
+        self._logs.append(log)
+        self.daemon = subprocess.Popen(
+            [daemon, "run", "-w", str(self.root / "workspace.yaml")],
+            cwd=self.root,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.instance = dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(self.home)))
+
+    def stop(self) -> None:
+        """Stop the daemon (its process group), then kill every process this host started that is left."""
+        try:
+            if self.daemon is not None:
+                stop_process_group(self.daemon)
+        finally:
+            kill(marked(self.marker))
+            if self.instance is not None:
+                self.instance.dispose()
+            for log in self._logs:
+                log.close()
+
+    def launch(self, job: str, run_id: str, run_config: Mapping[str, Any] | None = None) -> subprocess.Popen[bytes]:
+        """`dagster job launch` through this host's instance (it queues the run; this host's daemon starts it)."""
+        import json
+
+        command = [str(Path(sys.executable).parent / "dagster"), "job", "launch", "-w", "workspace.yaml"]
+        command += ["-j", job, "--run-id", run_id]
+        if run_config is not None:
+            command += ["--config-json", json.dumps(run_config)]
+        log = open(self.root / f"launch-{self.name}-{run_id[:8]}.log", "wb")  # noqa: SIM115 - closed by stop()
+        self._logs.append(log)
+        return subprocess.Popen(command, cwd=self.root, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def runs(self, **filters: Any) -> list[dg.DagsterRun]:
+        assert self.instance is not None
+        return list(self.instance.get_runs(filters=dg.RunsFilter(**filters)))
+
+    def run(self, run_id: str) -> dg.DagsterRun | None:
+        assert self.instance is not None
+        return self.instance.get_run_by_id(run_id)
+
+    def ticks(self, sensor: str) -> list[Any]:
+        """The sensor's ticks on this host, oldest first."""
+        assert self.instance is not None
+        for state in self.instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+            if state.instigator_name == sensor:
+                ticks = self.instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1000)
+                return sorted(ticks, key=lambda t: t.timestamp)
+        return []
+
+    def finished_ticks(self, sensor: str) -> list[Any]:
+        """The sensor's evaluated ticks (skipped, success or failure), oldest first."""
+        done = (TickStatus.SKIPPED, TickStatus.SUCCESS, TickStatus.FAILURE)
+        return [t for t in self.ticks(sensor) if t.status in done]
+
+    def failed_ticks(self) -> list[str]:
+        """`<sensor>: <error>` of every failed tick of the group's sensors on this host."""
+        return [
+            f"{self.name} {sensor}: {tick.error.to_string() if tick.error else 'no error recorded'}"
+            for sensor in (MEMBERSHIP_SENSOR, TOPIC_SENSOR)
+            for tick in self.ticks(sensor)
+            if tick.status == TickStatus.FAILURE
+        ]
+
+    def run_messages(self, run_id: str) -> list[str]:
+        assert self.instance is not None
+        return [entry.user_message for entry in self.instance.all_logs(run_id)]
+
+    def run_worker_pid(self, run_id: str) -> int | None:
+        """The pid of the run's process, from its engine event "Started process for run (pid: N)"."""
+        assert self.instance is not None
+        for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+            event = record.dagster_event
+            metadata = event.engine_event_data.metadata if event and event.engine_event_data else {}
+            if "pid" in metadata:
+                return int(metadata["pid"].value)
+        return None
+
+    def tail(self, chars: int = 3000) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no log)"
+        return f"--- daemon log of host {self.name} (last {chars} characters)\n{text[-chars:]}"
+
+
+@contextlib.contextmanager
+def running_hosts(hosts: list[Host]) -> Iterator[list[Host]]:
+    """Start every host's daemon; on exit (failure included) stop them all and kill what their runs left."""
+    try:
+        for host in hosts:
+            host.start()
+        yield hosts
+    finally:
+        errors = []
+        for host in hosts:
+            try:
+                host.stop()
+            except Exception as exc:  # stop the others all the same
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def host_environment(marker: str, home: Path, settings: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one host's processes: ours, its DAGSTER_HOME, its marker and its settings."""
+    env = {**os.environ, "DAGSTER_HOME": str(home), MARKER: marker}
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(settings)
+    return env
