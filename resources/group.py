@@ -15,14 +15,10 @@ Example:
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import dagster as dg
-import sqlalchemy as sa
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cohort.assignment import get_assignor
@@ -32,31 +28,12 @@ from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import DEFAULT_ASSIGNORS
 from cohort.assignment.settings import MemberSettings
+from cohort.assignment.worker_group import DEFAULT_STORE_URL, WorkerGroup, check_store_url
 from cohort.common.names import validate_group_name, validate_topic_name
 
 __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
 
 _SYSTEM_CLOCK = SystemClock()
-_SETTING_NAMES = re.compile(r"\b(session_timeout|rebalance_timeout|progress_timeout|heartbeat_interval|join_timeout)\b")
-
-
-def _user_data_dir() -> Path:
-    """`$XDG_DATA_HOME` when it is an absolute path, else `~/.local/share`."""
-    given = os.environ.get("XDG_DATA_HOME", "")
-    if given and Path(given).is_absolute():
-        return Path(given)
-    try:
-        return Path.home() / ".local" / "share"
-    except RuntimeError:  # no home directory at all: the working directory, made absolute
-        return Path(".cohort").absolute()
-
-
-DEFAULT_STORE_URL = f"sqlite:///{_user_data_dir() / 'cohort' / 'cohort.db'}"
-"""The store of a group resource given no `store_url`, and of the `cohort` command given neither
-`--store-url` nor `COHORT_STORE_URL`: a SQLite file in the user's data directory,
-`$XDG_DATA_HOME/cohort/cohort.db` (by default `~/.local/share/cohort/cohort.db`), resolved once per process
-to an absolute path, so every process of the user on this host uses the same file whatever its working
-directory. Use PostgreSQL when workers run on several hosts."""
 
 
 class CohortGroupResource(dg.ConfigurableResource):
@@ -134,47 +111,44 @@ class CohortGroupResource(dg.ConfigurableResource):
     def _check_store_url(cls, value: object) -> object:
         if isinstance(value, dg.EnvVar) or not isinstance(value, str):
             return value  # an EnvVar is read when the resource is used (it may hold a password)
-        try:
-            sa.make_url(value)
-        except sa.exc.ArgumentError:
-            raise ValueError("store_url is not a SQLAlchemy URL (e.g. sqlite:///cohort.db)") from None
-        return value
+        return check_store_url(value)
 
     @model_validator(mode="after")
     def _check_group_settings(self) -> CohortGroupResource:
-        bounds = GroupConfig()
-        if not bounds.min_session_timeout <= self.session_timeout_s <= bounds.max_session_timeout:
-            raise ValueError(
-                f"session_timeout_s={self.session_timeout_s} is outside the coordinator's range "
-                f"[{bounds.min_session_timeout}, {bounds.max_session_timeout}]"
-            )
-        try:
-            settings = self.member_settings()  # the member's own checks: pattern, assignors, timeouts
-        except ValueError as exc:  # name this resource's fields (the settings' names end in _s here)
-            raise ValueError(_SETTING_NAMES.sub(r"\1_s", str(exc))) from None
-        if self.heartbeat_interval_s is not None and not self.heartbeat_interval_s < self.session_timeout_s:
-            raise ValueError("heartbeat_interval_s must be > 0 and below session_timeout_s")
-        if not settings.subscribes:
-            raise ValueError(f"group {self.group!r} subscribes to nothing: give topics or topic_pattern")
+        # every setting's check, in one place; the store URL has its own (it may name an environment variable)
+        self._settings(DEFAULT_STORE_URL)
         return self
+
+    def worker_group(self) -> WorkerGroup:
+        """The group's settings as the orchestrator-free core takes them (cohort.assignment.worker_group)."""
+        return self._settings(self.store_url)
+
+    def _settings(self, store_url: str) -> WorkerGroup:
+        return WorkerGroup(
+            group=self.group,
+            topics=tuple(self.topics),
+            topic_pattern=self.topic_pattern,
+            assignors=tuple(self.assignors),
+            worker_slots=self.worker_slots,
+            session_timeout_s=self.session_timeout_s,
+            rebalance_timeout_s=self.rebalance_timeout_s,
+            progress_timeout_s=self.progress_timeout_s,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            join_timeout_s=self.join_timeout_s,
+            initial_rebalance_delay_s=self.initial_rebalance_delay_s,
+            leave_on_finish=self.leave_on_finish,
+            store_url=store_url,
+        )
 
     # --------------------------------------------------------------------------------------- slots
 
     def instance_id(self, slot: int) -> str:
         """The static instance id of worker slot `slot` (1-based)."""
-        if not 1 <= slot <= self.worker_slots:
-            raise ValueError(f"group {self.group!r} has worker slots 1..{self.worker_slots}, got {slot}")
-        return f"{self.group}/worker-{slot}"
+        return self.worker_group().instance_id(slot)
 
     def slot_of(self, instance_id: str | None) -> int | None:
         """The worker slot of a static instance id of this group, or None if it is not one."""
-        if instance_id is None:
-            return None
-        match = re.fullmatch(re.escape(self.group) + r"/worker-(\d+)", instance_id)
-        if match is None:
-            return None
-        slot = int(match.group(1))
-        return slot if 1 <= slot <= self.worker_slots else None
+        return self.worker_group().slot_of(instance_id)
 
     def slots(self) -> list[int]:
         """All worker slots, 1..worker_slots."""
@@ -184,20 +158,11 @@ class CohortGroupResource(dg.ConfigurableResource):
 
     def group_config(self) -> GroupConfig:
         """The coordinator-side settings for this group."""
-        return GroupConfig(initial_rebalance_delay=self.initial_rebalance_delay_s)
+        return self.worker_group().group_config()
 
     def member_settings(self) -> MemberSettings:
         """The member-side settings every worker run of this group joins with (validated on construction)."""
-        return MemberSettings(
-            topics=tuple(self.topics),
-            topic_pattern=self.topic_pattern,
-            assignors=tuple(self.assignors),
-            session_timeout=self.session_timeout_s,
-            rebalance_timeout=self.rebalance_timeout_s,
-            progress_timeout=self.progress_timeout_s,
-            heartbeat_interval=self.heartbeat_interval_s,
-            join_timeout=self.join_timeout_s,
-        )
+        return self.worker_group().member_settings()
 
     def get_coordinator(self, clock: Clock | None = None) -> Coordinator:
         """The coordinator client on `store_url` for `clock` (the system clock by default).
@@ -225,15 +190,8 @@ class CohortGroupResource(dg.ConfigurableResource):
         coordinator: Coordinator | None = None,
     ) -> GroupMember:
         """A `GroupMember` for worker slot `slot` (static instance id), reporting `run_id` as its client id."""
-        return GroupMember(
-            coordinator if coordinator is not None else self.get_coordinator(),
-            self.group,
-            self.member_settings(),
-            instance_id=self.instance_id(slot),
-            client_id=run_id,
-            topic_metadata=topic_metadata,
-            poll_interval=0.2,
-        )
+        coordinator = coordinator if coordinator is not None else self.get_coordinator()
+        return self.worker_group().member(coordinator, slot, run_id=run_id, topic_metadata=topic_metadata)
 
     def close(self) -> None:
         """Close the coordinators this resource opened (their store engines)."""

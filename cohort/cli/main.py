@@ -95,7 +95,7 @@ def _store_url(store_url: str | None) -> str:
     JSON on stdout stays parseable)."""
     if store_url:
         return store_url
-    from cohort.resources.group import DEFAULT_STORE_URL
+    from cohort.assignment.worker_group import DEFAULT_STORE_URL
 
     click.echo(f"store: {DEFAULT_STORE_URL} (the default; give --store-url or set COHORT_STORE_URL)", err=True)
     return DEFAULT_STORE_URL
