@@ -47,6 +47,7 @@ class PartitionAudit:
     problems: tuple[str, ...]
     last_commit_at: float | None = None
     resets: int = 0
+    elsewhere: int = 0
 
     @property
     def ok(self) -> bool:
@@ -64,10 +65,13 @@ def audit_partition(
     low_offset: int = 0,
     foreign: Sequence[str] = (),
     last_commit_at: float | None = None,
+    elsewhere: Collection[tuple[int, int]] = (),
 ) -> PartitionAudit:
     """Check one partition: contiguous ledger, ledger == materializations, ledger head == Kafka's committed.
 
     `foreign` names the runs of materializations that record no offsets: nothing the ledger accounts for.
+    `elsewhere` are ledger ranges committed by runs of another Dagster instance (several hosts on one group):
+    their materializations are that instance's, so they are not looked for here.
     """
     problems: list[str] = []
     previous: int | None = None
@@ -80,7 +84,7 @@ def audit_partition(
     resets = sum(1 for e in ledger if _is_reset(e))
     recorded = {(e[0], e[1]) for e in ledger if e[2] is None and e[1] > e[0] and not _is_reset(e)}
     shown = {(s, u) for s, u in materialized if u > s}
-    for s, u in sorted(recorded - shown):
+    for s, u in sorted(recorded - shown - set(elsewhere)):
         problems.append(f"{tp}: ledger range [{s}, {u}) has no materialization")
     for s, u in sorted(shown - recorded):
         problems.append(f"{tp}: materialization [{s}, {u}) is not in the ledger")
@@ -101,6 +105,7 @@ def audit_partition(
         lag=max(0, end_offset - position),
         problems=tuple(problems),
         last_commit_at=last_commit_at,
+        elsewhere=len(recorded & set(elsewhere)),
     )
 
 
@@ -147,15 +152,28 @@ def gather_audits(
     instance: dg.DagsterInstance,
     asset_key: dg.AssetKey,
     kafka: Any,
+    several_instances: bool = False,
 ) -> list[PartitionAudit]:
-    """Audit partitions 0..partitions-1 of `topic` for `group` (kafka: a `KafkaResource`)."""
+    """Audit partitions 0..partitions-1 of `topic` for `group` (kafka: a `KafkaResource`).
+
+    With `several_instances` (the group's slots run from several Dagster instances on one store), a range
+    committed by a run this instance does not know is another instance's to report, and is not looked for here.
+    """
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     marks: Mapping[TopicPartition, tuple[int, int]] = kafka.watermarks(tps)
     in_kafka = kafka.committed_offsets(group, tps)
+    histories = {tp: coordinator.ledger_history(group, *tp) for tp in tps}
+    ours: set[str] = set()
+    if several_instances:
+        run_ids = sorted({e.run_id for entries in histories.values() for e in entries if e.run_id})
+        ours = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))}
     audits = []
     for tp in tps:
-        entries = coordinator.ledger_history(group, *tp)
+        entries = histories[tp]
         ledger: list[LedgerRange] = [(e.from_offset, e.until_offset, e.gap_reason, e.kind) for e in entries]
+        elsewhere = [
+            (e.from_offset, e.until_offset) for e in entries if several_instances and e.run_id and e.run_id not in ours
+        ]
         low, high = marks[tp]
         shown = materialized_ranges(instance, asset_key, tp.partition)
         audits.append(
@@ -168,6 +186,7 @@ def gather_audits(
                 low_offset=low,
                 foreign=shown.foreign,
                 last_commit_at=max((e.committed_at for e in entries), default=None),
+                elsewhere=elsewhere,
             )
         )
     return audits

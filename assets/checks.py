@@ -68,7 +68,14 @@ def check_results(
             continue
         partitions = kafka.partition_counts([topic]).get(topic, 0)
         audits = gather_audits(
-            coordinator, config.group, topic, partitions, instance=instance, asset_key=key, kafka=kafka
+            coordinator,
+            config.group,
+            topic,
+            partitions,
+            instance=instance,
+            asset_key=key,
+            kafka=kafka,
+            several_instances=config.host_slots is not None,
         )
         if CHECK_CONTIGUOUS in wanted:
             problems = [p for a in audits for p in a.problems]
@@ -81,6 +88,7 @@ def check_results(
                     "cohort/ledger_ranges": dg.MetadataValue.int(sum(a.ledger_ranges for a in audits)),
                     "cohort/gaps_recorded": dg.MetadataValue.int(sum(a.gaps for a in audits)),
                     "cohort/problems": dg.MetadataValue.int(len(problems)),
+                    "cohort/ranges_of_other_instances": dg.MetadataValue.int(sum(a.elsewhere for a in audits)),
                     "cohort/details": dg.MetadataValue.md(
                         "\n".join(f"- {p}" for p in problems[:_MAX_SHOWN]) or "every partition agrees"
                     ),

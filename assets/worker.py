@@ -1,8 +1,8 @@
 """The worker: one member of the group for one batch, and what it reports to Dagster.
 
-A member joins the group as its worker slot (a static member), waits (bounded) for its assignment,
-heartbeats while Spark works, runs the batch for exactly its partitions with itself as the fenced ledger,
-and leaves the group or keeps its static membership (`leave_on_finish`). The assignment is only known once
+A member joins the group as its worker slot (a static member), runs the batch for exactly its partitions with
+itself as the fenced ledger (`cohort.pipelines.slot_batch`, shared with the Airflow face), and leaves the group
+or keeps its static membership (`leave_on_finish`). The assignment is only known once
 the member has joined, so the runs report materializations of the assets' partition keys at runtime
 (`materializations`): one of the topic asset (the committed range) and one of the landed asset (its rows)
 per consumed partition. `cohort.assets.group_batch` hosts one member per slot in a run.
@@ -10,22 +10,15 @@ per consumed partition. `cohort.assets.group_batch` hosts one member per slot in
 Before its batch, every run reports the ranges its slots committed to the ledger that no run reported
 (`unreported_materializations`): a run killed between its commit and its events leaves such ranges, and
 the next run of the slot, a rerun or not, closes the audit gap.
-
-A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the
-worker rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's
-output is withdrawn by the sink and its offsets stay uncommitted, so nothing is counted twice.
 """
 
 import contextlib
-import threading
-import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
-from pyspark.sql import SparkSession
 
 from cohort.assets.audit import materialized_ranges
 from cohort.assets.replay import Replay
@@ -37,20 +30,13 @@ from cohort.assets.translator import (
     safe_name,
 )
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.errors import (
-    FencedInstanceIdError,
-    IllegalGenerationError,
-    PartitionNotOwnedError,
-    RebalanceInProgressError,
-)
 from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import LedgerEntry
-from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.batch import run_batch
 from cohort.pipelines.kafka_client import offsets_for_times
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
@@ -73,7 +59,6 @@ __all__ = [
     "worker_run_config",
 ]
 
-MAX_ATTEMPTS = 3
 SLOT_TAG = "cohort/slot"
 GROUP_TAG = "cohort/group"
 GENERATION_TAG = "cohort/requested_in_generation"
@@ -81,28 +66,6 @@ GENERATION_TAG = "cohort/requested_in_generation"
 materializations (`cohort/generation`)."""
 RERUN_TAG = "cohort/rerun_of"
 """Tag of a run the membership sensor requested to redo the work of a lost run: the lost run's id."""
-_REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)
-"""Refusals after which the member rejoins and runs again. UNKNOWN_MEMBER_ID is not one: the member was
-removed (expired, evicted) and the membership sensor reruns its slot; rejoining here would fence that rerun."""
-
-
-class BatchRunner(Protocol):
-    """What the worker calls to run one batch: `cohort.pipelines.batch.run_batch`'s signature (tests and fault
-    scenarios pass a wrapper of it)."""
-
-    def __call__(
-        self,
-        spark: SparkSession,
-        spec: PipelineSpec,
-        kafka_config: Mapping[str, Any],
-        partitions: Sequence[TopicPartition],
-        ledger: OffsetLedger,
-        *,
-        group: str | None = None,
-        mirror: OffsetMirror | None = None,
-        run_id: str | None = None,
-        new_partitions: Collection[TopicPartition] = (),
-    ) -> BatchResult: ...
 
 
 @dataclass(frozen=True)
@@ -176,57 +139,6 @@ def _register_partitions(
                         instance.add_dynamic_partitions(name, [key])
 
 
-def _new_partitions(
-    member: OffsetLedger, assignment: Sequence[TopicPartition], counts: Mapping[str, int]
-) -> list[TopicPartition]:
-    """Assigned partitions that never had a commit while other partitions of their topic did: partitions
-    added to the topic after the group started on it. They start at earliest whatever the reset policy
-    (docs/guarantees.md), so records produced before this first batch are not skipped."""
-    every = [TopicPartition(t, p) for t in sorted({tp.topic for tp in assignment}) for p in range(counts.get(t, 0))]
-    committed = member.committed_offsets(every) if every else {}
-    started = {tp.topic for tp, offset in committed.items() if offset is not None}
-    return [tp for tp in assignment if tp.topic in started and committed.get(tp) is None]
-
-
-def _spark_fingerprint(session: Any) -> tuple[int, int] | None:
-    """(newest active stage id, completed tasks of active stages), None when Spark cannot tell (Connect)."""
-    try:
-        tracker = session.sparkContext.statusTracker()
-    except Exception:
-        return None
-    stages = [info for info in (tracker.getStageInfo(i) for i in tracker.getActiveStageIds()) if info is not None]
-    return (max((s.stageId for s in stages), default=-1), sum(s.numCompletedTasks for s in stages))
-
-
-@contextlib.contextmanager
-def _progress_reporter(member: GroupMember, spark: SparkResource, interval_s: float) -> Iterator[None]:
-    """Report progress (reset the progress deadline) whenever Spark completes tasks or starts stages.
-
-    A batch stuck in one task (or a driver stuck outside Spark) reports nothing, so the coordinator
-    evicts it at the progress deadline, like Kafka's max.poll.interval.ms. With Spark Connect, where task
-    progress is not visible, every interval counts as progress.
-    """
-    stop = threading.Event()
-
-    def loop() -> None:
-        last: tuple[int, int] | None = None
-        while not stop.wait(interval_s):
-            session = spark.started_session()
-            current = _spark_fingerprint(session) if session is not None else None
-            if session is not None and (current is None or current != last):
-                with contextlib.suppress(Exception):  # a lost membership surfaces at commit
-                    member.report_progress()
-            last = current
-
-    thread = threading.Thread(target=loop, name="cohort-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 def _reset_for_replay(
     context: dg.OpExecutionContext,
     group: str,
@@ -270,79 +182,58 @@ def run_worker(
 ) -> WorkerOutcome:
     """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay. With
     `replay`, first reset the selected partitions it owns to the replay's start (cohort.assets.replay)."""
-    runner = runner if runner is not None else run_batch
     if config.pipeline is None:
         raise dg.Failure(f"group {config.group!r} has no pipeline: give CohortConfig(..., pipeline=PipelineSpec(...))")
-    pipeline = config.pipeline
     member: GroupMember = group.member(
         slot,
         run_id=context.run_id,
         topic_metadata=lambda: kafka.subscribed_partition_counts(group.topics, group.topic_pattern),
     )
-    started = time.monotonic()
-    attempts = 0
-    replayed: set[TopicPartition] = set()
+
+    def on_assignment(assignment: Sequence[TopicPartition], counts: Mapping[str, int]) -> None:
+        _register_partitions(context.instance, config, translator, assignment, counts)
+
+    def before_batch(member: GroupMember, assignment: Sequence[TopicPartition]) -> set[TopicPartition]:
+        assert replay is not None
+        return _reset_for_replay(context, config.group, member, replay, assignment, kafka)
+
+    done = run_slot_batch(
+        member,
+        slot,
+        spark=spark.get_session,
+        started_session=spark.started_session,
+        pipeline=config.pipeline,
+        kafka_config=kafka.client_config(),
+        partition_counts=kafka.partition_counts,
+        run_id=context.run_id,
+        log=context.log,
+        mirror=kafka.get_mirror(),
+        runner=runner,
+        on_assignment=on_assignment,
+        before_batch=before_batch if replay is not None else None,
+        leave_group=group.leave_on_finish,
+    )
     try:
-        assignment = member.join()
-        while True:
-            attempts += 1
-            context.log.info(
-                f"group {config.group!r} slot {slot}: member {member.member_id} generation {member.generation}, "
-                f"assigned {[str(tp) for tp in assignment]} after {time.monotonic() - started:.1f} s"
-            )
-            if not assignment:
-                result = None
-                break
-            counts = kafka.partition_counts({tp.topic for tp in assignment})
-            _register_partitions(context.instance, config, translator, assignment, counts)
-            try:
-                if replay is not None:
-                    replayed |= _reset_for_replay(context, config.group, member, replay, assignment, kafka)
-                with _progress_reporter(member, spark, member.heartbeat_interval):
-                    result = runner(
-                        spark.get_session(),
-                        pipeline,
-                        kafka.client_config(),
-                        list(assignment),
-                        member,
-                        mirror=kafka.get_mirror(),
-                        run_id=context.run_id,
-                        group=config.group,
-                        new_partitions=_new_partitions(member, assignment, counts),
-                    )
-            except _REBALANCED as exc:
-                if attempts >= MAX_ATTEMPTS:
-                    raise
-                context.log.warning(f"group {config.group!r} slot {slot}: {exc.code}; rejoining ({attempts})")
-                assignment = member.ensure_active()
-                continue
-            if result.mirror_error:
-                context.log.warning(
-                    f"Kafka mirror of the commit failed (the ledger's commit stands): {result.mirror_error}"
-                )
-            break
+        result = done.result
         lag_after = kafka.end_offsets([p.topic_partition for p in result.partitions]) if result else {}
-        outcome = WorkerOutcome(
-            group=config.group,
-            slot=slot,
-            instance_id=group.instance_id(slot),
-            member_id=member.member_id or "",
-            generation=member.generation,
-            assignment=tuple(assignment),
-            result=result,
-            lag_after=_lag_after(result, lag_after),
-            attempts=attempts,
-            replayed=frozenset(replayed & set(assignment)),
-            replay=replay.target.describe() if replay is not None else None,
-        )
-    except FencedInstanceIdError:
-        context.log.error(f"slot {slot} was fenced: another live run holds {group.instance_id(slot)}")
-        member.close(leave=False)
-        raise
     except BaseException:
-        member.close(leave=group.leave_on_finish)
+        done.leave(leave_group=group.leave_on_finish)
         raise
-    return replace(outcome, member=member, leave_on_finish=group.leave_on_finish)  # the caller reports, then leaves
+    return WorkerOutcome(
+        group=config.group,
+        slot=slot,
+        instance_id=group.instance_id(slot),
+        member_id=done.member_id,
+        generation=done.generation,
+        assignment=done.assignment,
+        result=result,
+        lag_after=_lag_after(result, lag_after),
+        attempts=done.attempts,
+        member=member,
+        leave_on_finish=group.leave_on_finish,
+        replayed=done.replayed,
+        replay=replay.target.describe() if replay is not None else None,
+    )  # the caller reports, then leaves
 
 
 def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

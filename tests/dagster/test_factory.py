@@ -40,6 +40,17 @@ def test_audit_follows_offset_resets_and_expects_no_materialization_for_them():
     assert missing.problems == ("orders-3: ledger range [4, 12) has no materialization",)
 
 
+def test_audit_leaves_ranges_of_another_dagster_instance_to_that_instance():
+    """Several hosts on one group: a range another instance's run committed is materialized there, not here;
+    a range of this instance's runs without a materialization is still a problem."""
+    ledger = [(0, 10, None), (10, 20, None), (20, 30, None)]
+    audit = audit_partition(TP, ledger, {(0, 10)}, kafka_committed=30, end_offset=30, elsewhere=[(10, 20)])
+    assert audit.problems == ("orders-3: ledger range [20, 30) has no materialization",)
+    assert audit.elsewhere == 1
+    clean = audit_partition(TP, ledger, {(0, 10), (20, 30)}, kafka_committed=30, end_offset=30, elsewhere=[(10, 20)])
+    assert clean.ok and clean.elsewhere == 1
+
+
 @pytest.mark.parametrize(
     "ledger, shown, kafka, problem",
     [
@@ -139,7 +150,7 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
 
 
 def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
-    from cohort.assets.worker import _new_partitions
+    from cohort.pipelines.slot_batch import new_partitions as _new_partitions
     from cohort.assignment.coordinator import Coordinator
     from cohort.common.types import OffsetRange
 

@@ -16,9 +16,8 @@ environment of its `dagster-daemon` (and so of its code server and its runs):
 - `COHORT_MULTIHOST_STALL_FILE`: while this file exists, every batch task of this host's runs sleeps (bounded),
   so the test holds a run mid-batch (its Spark tasks running) and kills it there.
 
-`build_cohort_definitions` takes no sensor intervals (its sensors tick every 15 s and 30 s), so the group's
-Definitions are assembled here from the factory's own parts (`cohort_assets`, `build_membership_sensor`,
-`build_topic_sensor`), as `build_cohort_definitions` assembles them, with short intervals.
+The Definitions are `build_cohort_definitions`'s, with the schedule running when there is one and both
+sensors' intervals short.
 
 Loading needs no broker and no store: they are contacted by runs and sensor ticks only.
 """
@@ -32,8 +31,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 import pyspark.sql.types as T
 
-from cohort.assets.factory import cohort_assets
-from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
+from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig
 from cohort.pipelines.spec import PipelineSpec, Transform
 from cohort.resources import KafkaResource, SparkResource
@@ -103,22 +101,14 @@ def host_config() -> CohortConfig:
 
 
 def host_definitions(config: CohortConfig, bootstrap: str, *, sensor_interval_s: int = 2) -> dg.Definitions:
-    """The group's Definitions as `build_cohort_definitions` builds them, with sensors every `sensor_interval_s`."""
-    part = cohort_assets(config, schedule_status=dg.DefaultScheduleStatus.RUNNING)
-    jobs = [part.worker_job]
-    return dg.Definitions(
-        assets=[part.assets],
-        jobs=[part.worker_job, part.checks_job],
-        schedules=[part.schedule] if part.schedule is not None else [],
-        sensors=[
-            build_membership_sensor([config], jobs, minimum_interval_seconds=sensor_interval_s),
-            build_topic_sensor([config], jobs, minimum_interval_seconds=sensor_interval_s),
-        ],
-        resources={
-            "kafka": KafkaResource(bootstrap_servers=bootstrap),
-            "spark": SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}),
-            **part.resources,
-        },
+    """The group's Definitions, with both sensors every `sensor_interval_s` (at most: the daemon's tick)."""
+    return build_cohort_definitions(
+        [config],
+        kafka=KafkaResource(bootstrap_servers=bootstrap),
+        spark=SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}),
+        schedule_status=dg.DefaultScheduleStatus.RUNNING,
+        membership_interval_s=sensor_interval_s,
+        topic_interval_s=sensor_interval_s,
     )
 
 

@@ -12,6 +12,7 @@ killed on teardown.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
+from cohort.assets.sensors import instance_identity
 from cohort.devtools.ui import stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +60,6 @@ class Proc:
 
     pid: int
     ppid: int
-    pgid: int
     started: int
     name: str
     cmdline: str
@@ -90,9 +91,9 @@ def marked(marker: str) -> dict[int, Proc]:
         stat = _stat(int(entry))
         if stat is None or stat[1][0] == "Z":
             continue
-        name, fields = stat  # state, ppid, pgrp, ..., starttime (field 22 of stat)
+        name, fields = stat  # state, ppid, ..., starttime (field 22 of stat)
         cmdline = _read(f"/proc/{entry}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
-        found[int(entry)] = Proc(int(entry), int(fields[1]), int(fields[2]), int(fields[19]), name, cmdline)
+        found[int(entry)] = Proc(int(entry), int(fields[1]), int(fields[19]), name, cmdline)
     return found
 
 
@@ -145,9 +146,19 @@ class Host:
         return self.root / f"daemon-{self.name}.log"
 
     def start(self) -> None:
-        """`dagster-daemon run -w workspace.yaml` in this host's DAGSTER_HOME, in a session of its own."""
+        """Create this host's instance, then start its daemon."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "dagster.yaml").write_text(INSTANCE_YAML)
+        # create the instance's SQLite storages before the daemon starts: processes creating them at once race
+        # on their schema version tables
+        self.instance = dg.DagsterInstance.local_temp(tempdir=str(self.home))  # reads its dagster.yaml
+        self.instance.get_runs(limit=1)
+        self.instance.all_instigator_state()
+        self.instance.get_run_records(limit=1)
+        self.start_daemon()
+
+    def start_daemon(self) -> None:
+        """`dagster-daemon run -w workspace.yaml` in this host's DAGSTER_HOME, in a session of its own."""
         daemon = str(Path(sys.executable).parent / "dagster-daemon")
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by stop()
         self._logs.append(log)
@@ -159,7 +170,34 @@ class Host:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.instance = dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(self.home)))
+
+    def lose(self) -> dict[int, Proc]:
+        """The host is lost: SIGKILL every process it started (daemon, code server, runs and their Spark) at once;
+        returns them, ended."""
+        procs = marked(self.marker)
+        kill(procs)
+        if self.daemon is not None:
+            self.daemon.wait(timeout=30)
+        return procs
+
+    @property
+    def identity(self) -> str:
+        """How this instance names itself as a rerun claim's holder."""
+        assert self.instance is not None
+        return instance_identity(self.instance)
+
+    def sensor_messages(self, sensor: str, since: float = 0.0) -> list[str]:
+        """What the sensor logged (`context.log`) in its ticks since `since` (epoch seconds), oldest first."""
+        assert self.instance is not None
+        messages = []
+        for tick in self.finished_ticks(sensor):
+            if tick.timestamp < since or not tick.log_key:
+                continue
+            data = self.instance.compute_log_manager.get_log_data(tick.log_key)
+            for line in ((data.stderr or b"") + (data.stdout or b"")).decode(errors="replace").splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    messages.append(str(json.loads(line)["dagster_meta"]["orig_message"]))
+        return messages
 
     def stop(self) -> None:
         """Stop the daemon (its process group), then kill every process this host started that is left."""
@@ -175,8 +213,6 @@ class Host:
 
     def launch(self, job: str, run_id: str, run_config: Mapping[str, Any] | None = None) -> subprocess.Popen[bytes]:
         """`dagster job launch` through this host's instance (it queues the run; this host's daemon starts it)."""
-        import json
-
         command = [str(Path(sys.executable).parent / "dagster"), "job", "launch", "-w", "workspace.yaml"]
         command += ["-j", job, "--run-id", run_id]
         if run_config is not None:
@@ -219,6 +255,17 @@ class Host:
     def run_messages(self, run_id: str) -> list[str]:
         assert self.instance is not None
         return [entry.user_message for entry in self.instance.all_logs(run_id)]
+
+    def check_results(self, run_id: str) -> dict[str, tuple[bool, str]]:
+        """The asset checks a run evaluated: check name -> (passed, its `cohort/details`)."""
+        assert self.instance is not None
+        results = {}
+        for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+            assert record.dagster_event is not None
+            evaluation = record.dagster_event.event_specific_data
+            details = evaluation.metadata.get("cohort/details")
+            results[evaluation.check_name] = (evaluation.passed, str(getattr(details, "value", details)))
+        return results
 
     def run_worker_pid(self, run_id: str) -> int | None:
         """The pid of the run's process, from its engine event "Started process for run (pid: N)"."""
