@@ -26,6 +26,7 @@ import dagster as dg
 from cohort.common.names import validate_topic_name
 from cohort.pipelines.arrow_sink import arrow_filesystem
 from cohort.pipelines.checked import is_scalar_key
+from cohort.pipelines.lineage import METADATA_PREFIX, ConsumedRange
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
@@ -43,7 +44,6 @@ __all__ = [
     "safe_name",
 ]
 
-METADATA_PREFIX = "cohort/"
 CHECK_CONTIGUOUS = "offsets_contiguous"
 CHECK_LAG = "lag_under_threshold"
 CHECK_SINK = "sink_matches_ledger"
@@ -60,44 +60,19 @@ _RUN_FIELDS = frozenset({"run_id", "reported_by"})
 
 
 @dataclass(frozen=True)
-class RangeMetadata:
-    """What the materialization of one consumed range of one topic partition records (docs/metadata.md).
+class RangeMetadata(ConsumedRange):
+    """A consumed range as a Dagster materialization's metadata (docs/metadata.md)."""
 
-    `lag_after`, `start`, `bytes` and `seconds` are known to the run that consumed the range; `reported_by`
-    is set when a later run reported the range from the ledger because the consuming run ended before it
-    could; `gap` describes offsets skipped before the range (deleted by retention); `replay` says the range
-    re-reads its partition from a replay's start (`earliest`, `offset N`, `datetime ...`), and
-    `replay_changed` whether its output for offsets the sink held differs; `content_hash` digests the output.
-    """
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-    records: int
-    quarantined: int
-    group: str
-    generation: int
-    member: str
-    instance_id: str
-    run_id: str
-    lag_after: int | None = None
-    bytes: int | None = None
-    seconds: float | None = None
-    start: str | None = None
-    gap: str | None = None
-    reported_by: str | None = None
-    replay: str | None = None
-    replay_changed: bool | None = None
-    content_hash: str | None = None
+    @classmethod
+    def of(cls, consumed: ConsumedRange) -> RangeMetadata:
+        """The same record, with its Dagster form."""
+        return cls(**dict(consumed.items()))
 
     def to_metadata(self) -> dict[str, Any]:
         """The `cohort/`-prefixed metadata: counts and durations as numbers (they plot per partition), ids
         and offsets as text, runs as links; unset keys left out."""
         metadata: dict[str, Any] = {}
-        for name, value in vars(self).items():
-            if value is None:
-                continue
+        for name, value in self.items():
             key = f"{METADATA_PREFIX}{name}"
             if name in _TEXT_FIELDS:
                 metadata[key] = str(value)

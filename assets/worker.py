@@ -34,6 +34,7 @@ from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import LedgerEntry
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.kafka_client import offsets_for_times
+from cohort.pipelines.lineage import consumed_ranges
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
@@ -256,38 +257,24 @@ def materializations(
     if outcome.result is None:
         return
     yield from _adopted_materializations(outcome, translator, run_id, sink_root)
-    for part in outcome.result.partitions:
-        if part.until_offset == part.from_offset and part.gap is None:
-            continue
-        tp = part.topic_partition
-        metadata = RangeMetadata(
-            topic=part.topic,
-            partition=part.partition,
-            from_offset=part.from_offset,
-            until_offset=part.until_offset,
-            records=part.records,
-            quarantined=part.quarantined,
-            group=outcome.group,
-            generation=outcome.generation,
-            member=outcome.member_id,
-            instance_id=outcome.instance_id,
-            run_id=run_id,
-            lag_after=outcome.lag_after.get(tp, 0),
-            bytes=part.bytes,
-            seconds=round(part.seconds, 3),
-            start=part.start,
-            replay=outcome.replay if tp in outcome.replayed else None,
-            replay_changed=part.replay_changed,
-            content_hash=part.content_hash,
-            gap=None
-            if part.gap is None
-            else f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}",
-        )
+    consumed = consumed_ranges(
+        outcome.result,
+        group=outcome.group,
+        generation=outcome.generation,
+        member=outcome.member_id,
+        instance_id=outcome.instance_id,
+        run_id=run_id,
+        lag_after=outcome.lag_after,
+        replay=outcome.replay,
+        replayed=outcome.replayed,
+    )
+    for part in consumed:
+        tp = TopicPartition(part.topic, part.partition)
         yield dg.AssetMaterialization(
             asset_key=translator.get_asset_key(outcome.group, part.topic),
             partition=str(part.partition),
             description=f"{tp} [{part.from_offset}, {part.until_offset}) by {outcome.instance_id}",
-            metadata=metadata.to_metadata(),
+            metadata=RangeMetadata.of(part).to_metadata(),
         )
         yield landed_materialization(
             translator, outcome.group, tp, part.records, part.quarantined, run_id, sink_root, columns
