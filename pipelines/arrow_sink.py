@@ -88,6 +88,25 @@ class ArrowStagedWriter:
             quarantine.abandon()
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet paths of the string columns (struct fields included): the columns dictionary encoding is
+    for. Numbers, timestamps and bytes (offsets, ids, keys, raw values: mostly distinct) are written plain,
+    where building a dictionary for each page costs more time than it saves bytes."""
+    found: list[str] = []
+
+    def visit(field: pa.Field[Any], prefix: str) -> None:
+        path = f"{prefix}{field.name}"
+        if pa.types.is_struct(field.type):
+            for child in field.type:
+                visit(child, f"{path}.")
+        elif pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            found.append(path)
+
+    for field in schema:
+        visit(field, "")
+    return found
+
+
 class _SpanFile:
     """One span's Parquet file in one staging directory, opened on the first row."""
 
@@ -107,7 +126,13 @@ class _SpanFile:
         if self._writer is None:
             self._fs.create_dir(self._dir, recursive=True)
             compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None
-            self._writer = pq.ParquetWriter(self._temporary, schema, filesystem=self._fs, compression=compression)
+            self._writer = pq.ParquetWriter(
+                self._temporary,
+                schema,
+                filesystem=self._fs,
+                compression=compression,
+                use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]  # (stubs: bool only)
+            )
         self._writer.write_table(rows)
 
     def commit(self) -> None:

@@ -33,6 +33,7 @@ from cohort.pipelines.reader import (
     gather_read_stats,
     read_spans,
 )
+from cohort.pipelines.spark import parallelism
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
@@ -97,6 +98,7 @@ def checked_frame(
         process=process,
         schema=schema,
         stats_rows=stats,
+        tasks=parallelism(spark),
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )

@@ -17,9 +17,12 @@ ends with its stats row. A task that hands Spark nothing else (it wrote its outp
 
 from __future__ import annotations
 
+import gc
+import heapq
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
@@ -171,6 +174,21 @@ def _headers(messages: list[Any]) -> tuple[list[Any], list[str | None] | None]:
     return headers, errors
 
 
+def open_consumer(config: Mapping[str, Any], span: OffsetSpan) -> Any:
+    """A confluent-kafka consumer assigned at the start of `span`: librdkafka connects and starts fetching in
+    its own threads right away, so a task can open the next span's consumer while it works on the current one."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer({"group.id": f"cohort-reader-{span.topic}", **READER_DEFAULTS, **config})
+    try:
+        consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.from_offset)])
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
 def read_range(
     config: Mapping[str, Any],
     span: OffsetSpan,
@@ -179,8 +197,12 @@ def read_range(
     poll_timeout_s: float = 1.0,
     read_timeout_s: float = 30.0,
     max_retries: int = 5,
+    consumer: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of `span` as Arrow batches of at most `batch_size` rows, in offset order.
+
+    `consumer`, when given, is one `open_consumer` opened for this span (it may have fetched already); it is
+    closed when the reading ends, as the one opened here otherwise is.
 
     Stops once the next offset reaches `until_offset` (or end-of-partition lies at or beyond it). Fails
     with ReadError when no record arrives for `read_timeout_s` (the range was planned from offsets the
@@ -188,15 +210,15 @@ def read_range(
     errors persist past `max_retries` consecutive attempts (with exponential backoff), or at once on a
     fatal error such as an offset that retention has deleted.
     """
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka import KafkaException
 
     if span.from_offset >= span.until_offset:
+        if consumer is not None:
+            consumer.close()
         return
     where = f"{span.topic}-{span.partition}"
-    consumer = Consumer({"group.id": f"cohort-reader-{span.topic}", **READER_DEFAULTS, **config})
+    consumer = consumer if consumer is not None else open_consumer(config, span)
     try:
-        consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.from_offset)])
         next_offset = span.from_offset
         last_progress = time.monotonic()
         retries = 0
@@ -405,9 +427,10 @@ def read_spans(
     process: SpanProcessor | None = None,
     schema: Any = None,
     stats_rows: StatsRows | None = None,
+    tasks: int | None = None,
     **read_options: Any,
 ) -> Any:
-    """A Spark DataFrame of the records of `spans`, one Spark task per span.
+    """A Spark DataFrame of the records of `spans`, one Spark task per span, or `tasks` tasks sharing them.
 
     Without `process` the rows are the raw records (schema RECORD_SCHEMA); with it, each task passes its
     span's raw batches through `process` (run in the task, e.g. decoding and validating) and the rows are
@@ -416,6 +439,10 @@ def read_spans(
     when given, is an accumulator from `read_stats_accumulator` that each task adds its records, bytes and
     reading time to, keyed by (topic, partition) (classic sessions only). `read_options` are passed to
     `read_range` (batch_size, poll_timeout_s, read_timeout_s, max_retries).
+
+    With `tasks` (e.g. the cluster's parallelism), the spans are dealt to that many tasks (`span_groups`), each
+    reading its spans one after the other with the next span's consumer already fetching: no task start-up
+    and no consumer start-up between spans.
     """
     if (process is None) != (schema is None):
         raise ValueError("give both `process` and its output `schema`, or neither")
@@ -424,24 +451,86 @@ def read_spans(
         if stats_rows is not None:
             schema += f", `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
     kafka_config = dict(config)
-    table = [(s.topic, s.partition, s.from_offset, s.until_offset) for s in spans]
+    groups = span_groups(spans, tasks) if tasks else [[s] for s in spans]
+    table = [[(s.topic, s.partition, s.from_offset, s.until_offset) for s in group] for group in groups]
 
-    def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def read_span(span: OffsetSpan, consumer: Any) -> Iterator[pa.RecordBatch]:
+        reading = _SpanReading(read_range(kafka_config, span, consumer=consumer, **read_options))
+        rows = reading if process is None else process(span, reading)
+        if stats_rows is None:
+            yield from rows
+        else:
+            yield from map(stats_rows.data, rows)
+            if reading.records:  # a span of holes only: nothing to count
+                yield stats_rows.row(span, reading.records, reading.bytes, reading.seconds)
+        if read_stats is not None:
+            read_stats.add({(span.topic, span.partition): (reading.records, reading.bytes, reading.seconds)})
+
+    def read_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in cast("list[int]", batch.column(0).to_pylist()):  # spark.range: no nulls
-                span = OffsetSpan(*table[index])
-                reading = _SpanReading(read_range(kafka_config, span, **read_options))
-                rows = reading if process is None else process(span, reading)
-                if stats_rows is None:
-                    yield from rows
-                else:
-                    yield from map(stats_rows.data, rows)
-                    if reading.records:  # a span of holes only: nothing to count
-                        yield stats_rows.row(span, reading.records, reading.bytes, reading.seconds)
-                if read_stats is not None:
-                    read_stats.add({(span.topic, span.partition): (reading.records, reading.bytes, reading.seconds)})
+                for span, consumer in _prefetched(kafka_config, [OffsetSpan(*row) for row in table[index]]):
+                    yield from read_span(span, consumer)
 
-    # One row (the span's index) per partition, so exactly one span per Spark task. spark.range runs in
-    # the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.
+    def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _gc_paused_within(read_groups(batches))
+
+    # One row (the group's index) per partition, so exactly one group of spans per Spark task. spark.range
+    # runs in the JVM: no Python RDD (and no second Python worker per task) just to hand out the spans.
     plan = spark.range(0, len(table), 1, numPartitions=max(len(table), 1))
     return plan.mapInArrow(read_partition, schema)
+
+
+def span_groups(spans: Sequence[OffsetSpan], tasks: int) -> list[list[OffsetSpan]]:
+    """`spans` dealt to at most `tasks` groups of near-equal offsets (longest first, each to the lightest group),
+    each group in the order given."""
+    if tasks < 1:
+        raise ValueError(f"tasks must be >= 1, got {tasks}")
+    heap = [(0, k, list[int]()) for k in range(min(tasks, len(spans)))]
+    for index in sorted(range(len(spans)), key=lambda i: spans[i].from_offset - spans[i].until_offset):
+        load, k, members = heapq.heappop(heap)
+        members.append(index)
+        heapq.heappush(heap, (load + spans[index].until_offset - spans[index].from_offset, k, members))
+    return [[spans[i] for i in sorted(members)] for _load, _k, members in sorted(heap, key=itemgetter(1))]
+
+
+def _prefetched(config: Mapping[str, Any], spans: Sequence[OffsetSpan]) -> Iterator[tuple[OffsetSpan, Any]]:
+    """Each span with its consumer, opened while the span before it is read (one consumer ahead at most);
+    the caller's reading closes it, and one left open by a failure is closed here."""
+
+    def opened(span: OffsetSpan) -> Any:
+        return open_consumer(config, span) if span.until_offset > span.from_offset else None
+
+    ahead: Any = None
+    try:
+        for k, span in enumerate(spans):
+            consumer = ahead if ahead is not None else opened(span)
+            ahead = opened(spans[k + 1]) if k + 1 < len(spans) else None
+            yield span, consumer
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block: a reading task makes Python objects by the million (a
+    message, its key and value, decoded fields), none of them in a cycle, and each collection would walk them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _gc_paused_within(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`rows`, each computed with the garbage collector paused (`_gc_paused`); it runs again whenever the rows
+    wait for their reader, so a worker whose task stopped reading early (a limit) is left as it was found."""
+    while True:
+        with _gc_paused():
+            row = next(rows, None)
+        if row is None:
+            return
+        yield row

@@ -9,7 +9,9 @@ reaches records none and compares nothing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,25 +72,35 @@ class HeldOutput(Protocol):
 def check_outputs(
     fs: SinkFs, sink: HeldOutput, quarantine: HeldOutput, attempt: str, plan: BatchPlan
 ) -> dict[TopicPartition, OutputCheck]:
-    """Digest each planned range's staged output; compare a replay's with the sink's for the same offsets."""
+    """Digest each planned range's staged output; compare a replay's with the sink's for the same offsets.
+
+    The partitions are checked in parallel threads (reading Parquet and hashing release the GIL)."""
     if not isinstance(fs, ArrowFs):
         return {}
-    checks: dict[TopicPartition, OutputCheck] = {}
-    for p in plan.partitions:
-        if not p.must_commit or p.until_offset == p.from_offset:
-            continue
-        tp, lo, hi = p.tp, p.from_offset, p.until_offset
-        staged = [_tables([layout.staged_range_dir(attempt, tp.topic, tp.partition)]) for layout in (sink, quarantine)]
-        held = [layout.overlapped(fs, attempt, tp, lo, hi) for layout in (sink, quarantine)]
-        new = digest(staged[0], staged[1], lo, hi)
-        if not (held[0] or held[1]):
-            checks[tp] = OutputCheck(new)
-            continue
-        window = (lo, min(hi, max(y for dirs in held for _x, y, _path in dirs)))
-        old = [_tables([path for _x, _y, path in dirs]) for dirs in held]
-        changed = digest(staged[0], staged[1], *window) != digest(old[0], old[1], *window)
-        checks[tp] = OutputCheck(new, window, changed)
-    return checks
+    ranges = [p for p in plan.partitions if p.must_commit and p.until_offset > p.from_offset]
+    if len(ranges) < 2:
+        return {p.tp: _check(fs, sink, quarantine, attempt, p.tp, p.from_offset, p.until_offset) for p in ranges}
+    with ThreadPoolExecutor(max_workers=min(len(ranges), os.cpu_count() or 1)) as pool:
+        futures = {
+            p.tp: pool.submit(_check, fs, sink, quarantine, attempt, p.tp, p.from_offset, p.until_offset)
+            for p in ranges
+        }
+        return {tp: future.result() for tp, future in futures.items()}
+
+
+def _check(
+    fs: SinkFs, sink: HeldOutput, quarantine: HeldOutput, attempt: str, tp: TopicPartition, lo: int, hi: int
+) -> OutputCheck:
+    """One range's check (see `check_outputs`)."""
+    staged = [_tables([layout.staged_range_dir(attempt, tp.topic, tp.partition)]) for layout in (sink, quarantine)]
+    held = [layout.overlapped(fs, attempt, tp, lo, hi) for layout in (sink, quarantine)]
+    new = digest(staged[0], staged[1], lo, hi)
+    if not (held[0] or held[1]):
+        return OutputCheck(new)
+    window = (lo, min(hi, max(y for dirs in held for _x, y, _path in dirs)))
+    old = [_tables([path for _x, _y, path in dirs]) for dirs in held]
+    changed = digest(staged[0], staged[1], *window) != digest(old[0], old[1], *window)
+    return OutputCheck(new, window, changed)
 
 
 def refuse_changed(checks: Mapping[TopicPartition, OutputCheck]) -> None:

@@ -175,7 +175,13 @@ class Plan:  # what spark.range returns: only mapInArrow is called on it
         captured.append(function)
 
 
+class Context:
+    defaultParallelism = 2
+
+
 class Spark:
+    sparkContext = Context()
+
     def range(self, *args, **kwargs):
         return Plan()
 
@@ -201,8 +207,15 @@ assert list(check_task(iter([ids]))) == [] and list(write_task(iter([ids]))) == 
 
 
 def process_of(task):
-    cells = dict(zip(task.__code__.co_freevars, (cell.cell_contents for cell in task.__closure__)))
-    return cells["process"]
+    # the span processor the task closes over, through the reader's nested functions
+    functions = [task]
+    while functions:
+        function = functions.pop()
+        cells = dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__ or ())))
+        if "process" in cells:
+            return cells["process"]
+        functions += [v for v in cells.values() if hasattr(v, "__code__")]
+    raise LookupError("no span processor in the task's closures")
 
 
 reader = sys.modules["cohort.pipelines.reader"]
