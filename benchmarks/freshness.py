@@ -33,10 +33,10 @@ Per run:
   the rows are published just after the commit (rename of the staged range directories, then the Kafka mirror):
   **launch -> published** is the end of `run_batch` less its mirror stage;
 - the **split** of launch -> commit, from the run's report (see benchmarks/freshness_run.py): the interpreter's
-  start, imports, the Definitions, the Dagster instance, from the instance to the step's start (the run stored,
-  the resources up; a step process too, for a job whose executor starts one), the worker before the group join (run tags,
-  unreported ranges, topic metadata), the join, after the join (partition counts, dynamic partitions), the Spark
-  session, before the batch, and `run_batch` until the commit (its `stage_seconds` are shown too);
+  start, imports, the Definitions, the Dagster instance, from the instance to the step's start (the run stored, the
+  resources up; a step process too, for a job whose executor starts one), the worker before the group join (run
+  tags, unreported ranges, topic metadata), the join, after the join (partition counts, dynamic partitions), the
+  Spark session, before the batch, and `run_batch` until the commit (its `stage_seconds` are shown too);
 - CPU seconds: the run process and everything it started and reaped (the local JVM and its Python workers in
   cold runs), and the Connect server's process tree (its JVM and Python workers, those alive at the run's end).
 

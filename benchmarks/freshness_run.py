@@ -29,10 +29,11 @@ ledger's `committed_at` and of the parent's launch time):
   new Spark Connect session; nothing on a classic one);
 - `executed`: the execution returned.
 
-The step's part of the timeline (from `join` on) is noted by the process running the step: a step process writes it to `<report>.step-<pid>.json` when it exits, and this process merges it into the report.
-The timings come from thin wrappers that only note the time: a subclass of `SparkResource`, the worker's `runner`
-hook around `run_batch`, and `GroupMember.join` and `cohort.pipelines.batch.parallelism` wrapped in the process
-running the step. Nothing else differs from a plain run.
+The step's part of the timeline (from `join` on) is noted by the process running the step: a step process (for a job
+whose executor starts one) writes it to `<report>.step-<pid>.json` when it exits, and this process merges it into
+the report. The timings come from thin wrappers that only note the time: a subclass of `SparkResource`, the worker's
+`runner` hook around `run_batch`, and `GroupMember.join` and `cohort.pipelines.batch.parallelism` wrapped in the
+process running the step. Nothing else differs from a plain run.
 """
 
 from __future__ import annotations

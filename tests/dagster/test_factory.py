@@ -150,9 +150,9 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
 
 
 def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
-    from cohort.pipelines.slot_batch import new_partitions as _new_partitions
     from cohort.assignment.coordinator import Coordinator
     from cohort.common.types import OffsetRange
+    from cohort.pipelines.slot_batch import new_partitions as _new_partitions
 
     coordinator = Coordinator.from_url(sqlite_url)
     ledger = coordinator.standalone_ledger("grower")

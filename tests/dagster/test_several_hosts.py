@@ -60,7 +60,8 @@ def test_each_host_schedules_and_follows_topic_growth_for_its_own_slots(sqlite_u
         defs = _definitions(config, clock)
         schedule = defs.resolve_schedule_def(f"cohort_batches__{GROUP.replace('-', '_')}")
         with dg.instance_for_test() as instance:
-            with dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 25, tzinfo=UTC)) as context:
+            when = datetime(2026, 11, 25, tzinfo=UTC)
+            with dg.build_schedule_context(instance=instance, scheduled_execution_time=when) as context:
                 assert _slots(schedule.evaluate_tick(context).run_requests) == expected
             topic_sensor = defs.resolve_sensor_def("cohort_topic_sensor")
             first = _tick(topic_sensor, instance, _resources(config))

@@ -1,0 +1,208 @@
+"""One worker slot as an Airflow task: join as the slot's static member, run the batch, emit the audit trail, leave.
+
+The body of the DAG's mapped task (`cohort.airflow.dag`): the same group protocol, Spark batch, fenced ledger and
+Kafka mirror as a Dagster worker run (`cohort.pipelines.slot_batch`), with the Airflow task instance as the
+run. Its ledger run id is `airflow:<dag_id>/<run_id>/slot-<n>/try-<k>`: a retry of the mapped task keeps its
+slot (Airflow keeps the map index across tries) and gets a new id, so the ledger tells the tries apart. A try
+that committed and then died never had its asset events registered (Airflow registers a task's outlet events
+when it succeeds): the next try of the slot in the same DAG run emits them for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from cohort.airflow.connection import bootstrap_of, kafka_config
+from cohort.airflow.lineage import emit
+from cohort.assignment.group_state import subscribed_counts
+from cohort.assignment.messages import LedgerEntry
+from cohort.assignment.worker_group import WorkerGroup
+from cohort.pipelines.kafka_client import read_partition_counts, watermarks
+from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
+from cohort.pipelines.lineage import ConsumedRange, consumed_ranges
+from cohort.pipelines.slot_batch import BatchRunner, run_slot_batch
+from cohort.pipelines.spark import close_session, open_session
+from cohort.pipelines.spec import PipelineSpec
+
+__all__ = ["AirflowGroup", "SlotReport", "ledger_run_id", "run_slot"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AirflowGroup:
+    """A consumer group as an Airflow DAG runs it: the group's settings, its pipeline, where Kafka and Spark are.
+
+    `kafka_conn_id` names the Airflow connection whose `extra` is the librdkafka configuration; a store URL
+    holding a password comes from the environment variable `store_url_env` names (read where the tasks and the
+    trigger run), else it is `group.store_url`. Spark is local (`spark_master`, default local[2]), a cluster
+    master URL, or a Spark Connect server (`spark_remote`, then `spark_master` is ignored: warm runs).
+    """
+
+    group: WorkerGroup
+    pipeline: PipelineSpec
+    kafka_conn_id: str = "kafka_default"
+    store_url_env: str | None = None
+    spark_master: str | None = "local[2]"
+    spark_remote: str | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def worker_group(self) -> WorkerGroup:
+        """The group's settings with the store URL where it really comes from."""
+        if not self.store_url_env:
+            return self.group
+        url = os.environ.get(self.store_url_env)
+        if not url:
+            raise ValueError(f"the environment variable {self.store_url_env!r} (the group's store URL) is not set")
+        return replace(self.group, store_url=url)
+
+
+@dataclass(frozen=True)
+class SlotReport:
+    """What a slot's task did (its XCom): the member, its partitions and counts, the events it emitted."""
+
+    slot: int
+    ledger_run_id: str
+    member_id: str
+    generation: int
+    partitions: tuple[str, ...]
+    records: int
+    quarantined: int
+    events: int
+
+    def as_xcom(self) -> dict[str, Any]:
+        """Plain JSON for Airflow's XCom."""
+        return {**vars(self), "partitions": list(self.partitions)}
+
+
+def ledger_run_id(dag_id: str, run_id: str, slot: int, try_number: int) -> str:
+    """The id a slot's task instance commits under (one per try)."""
+    return f"airflow:{dag_id}/{run_id}/slot-{slot}/try-{try_number}"
+
+
+def _earlier_tries(
+    group: WorkerGroup, coordinator: Any, dag_id: str, run_id: str, slot: int, try_number: int
+) -> list[ConsumedRange]:
+    """Ranges earlier tries of this slot in this DAG run committed: none of them succeeded, so none was reported."""
+    reported = ledger_run_id(dag_id, run_id, slot, try_number)
+    ranges = []
+    for earlier in range(1, try_number):
+        entries: list[LedgerEntry] = coordinator.run_ledger_history(
+            group.group, ledger_run_id(dag_id, run_id, slot, earlier)
+        )
+        for entry in entries:
+            if entry.is_reset or (entry.until_offset == entry.from_offset and entry.gap_reason is None):
+                continue
+            ranges.append(
+                ConsumedRange(
+                    topic=entry.topic,
+                    partition=entry.partition,
+                    from_offset=entry.from_offset,
+                    until_offset=entry.until_offset,
+                    records=entry.records,
+                    quarantined=entry.quarantined,
+                    group=group.group,
+                    generation=entry.generation,
+                    member=entry.member_id or "",
+                    instance_id=group.instance_id(slot),
+                    run_id=entry.run_id or "",
+                    reported_by=reported,
+                )
+            )
+    return ranges
+
+
+def run_slot(
+    config: AirflowGroup,
+    slot: int,
+    *,
+    dag_id: str,
+    run_id: str,
+    try_number: int,
+    outlet_events: Any,
+    runner: BatchRunner | None = None,
+) -> SlotReport:
+    """Run worker slot `slot`'s batch as this task instance, emit its asset events and end its membership."""
+    group = config.worker_group()
+    kafka = kafka_config(config.kafka_conn_id)
+    bootstrap = bootstrap_of(kafka)
+    client_id = ledger_run_id(dag_id, run_id, slot, try_number)
+    coordinator = group.open_coordinator()
+    owned = None
+    try:
+        earlier = _earlier_tries(group, coordinator, dag_id, run_id, slot, try_number)
+        emitted = emit(outlet_events, group.group, bootstrap, earlier)
+        admin = AdminClient(kafka)
+
+        def partition_counts(topics: set[str]) -> dict[str, int]:
+            return read_partition_counts(admin, topics)
+
+        def subscribed() -> dict[str, int]:
+            return subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
+
+        member = group.member(coordinator, slot, run_id=client_id, topic_metadata=subscribed)
+
+        def session() -> Any:
+            nonlocal owned
+            if owned is None:
+                owned = open_session(
+                    master=None if config.spark_remote else config.spark_master,
+                    remote=config.spark_remote,
+                    app_name=f"cohort-{group.group}-slot-{slot}",
+                    conf=dict(config.spark_conf),
+                )
+            return owned.session
+
+        done = run_slot_batch(
+            member,
+            slot,
+            spark=session,
+            started_session=lambda: owned.session if owned is not None else None,
+            pipeline=config.pipeline,
+            kafka_config=kafka,
+            partition_counts=partition_counts,
+            run_id=client_id,
+            log=log,
+            mirror=KafkaOffsetMirror(kafka),
+            runner=runner,
+            leave_group=group.leave_on_finish,
+        )
+        try:
+            result = done.result
+            ranges: list[ConsumedRange] = []
+            if result is not None:
+                tps = [p.topic_partition for p in result.partitions]
+                ends = {tp: end for tp, (_low, end) in watermarks(kafka, tps).items()}
+                lag = {tp: max(0, end - result.partition(*tp).until_offset) for tp, end in ends.items()}
+                ranges = consumed_ranges(
+                    result,
+                    group=group.group,
+                    generation=done.generation,
+                    member=done.member_id,
+                    instance_id=group.instance_id(slot),
+                    run_id=client_id,
+                    lag_after=lag,
+                )
+            emitted += emit(outlet_events, group.group, bootstrap, ranges)
+        finally:
+            done.leave(leave_group=group.leave_on_finish)
+        return SlotReport(
+            slot=slot,
+            ledger_run_id=client_id,
+            member_id=done.member_id,
+            generation=done.generation,
+            partitions=tuple(str(tp) for tp in done.assignment),
+            records=result.records if result is not None else 0,
+            quarantined=result.quarantined if result is not None else 0,
+            events=emitted,
+        )
+    finally:
+        if owned is not None:
+            close_session(owned)
+        coordinator.close()
