@@ -34,7 +34,7 @@ from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import LedgerEntry
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.kafka_client import offsets_for_times
-from cohort.pipelines.lineage import consumed_ranges
+from cohort.pipelines.lineage import consumed_ranges, reported_range
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
@@ -306,19 +306,16 @@ def _reported_range(
         asset_key=translator.get_asset_key(group, entry.topic),
         partition=str(entry.partition),
         description=description,
-        metadata=RangeMetadata(
-            topic=entry.topic,
-            partition=entry.partition,
-            from_offset=entry.from_offset,
-            until_offset=entry.until_offset,
-            records=entry.records,
-            quarantined=entry.quarantined,
-            group=group,
-            generation=committed_by.generation,
-            member=committed_by.member,
-            instance_id=committed_by.instance_id,
-            run_id=read_by,
-            reported_by=reported_by,
+        metadata=RangeMetadata.of(
+            reported_range(
+                entry,
+                group=group,
+                generation=committed_by.generation,
+                member=committed_by.member,
+                instance_id=committed_by.instance_id,
+                run_id=read_by,
+                reported_by=reported_by,
+            )
         ).to_metadata(),
     )
     yield landed_materialization(

@@ -72,6 +72,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from benchmarks.pipeline import tree_cpu
 from cohort.assignment.coordinator import Coordinator
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
@@ -125,31 +126,6 @@ class Run:
     @property
     def process_s(self) -> float:
         return self.exited - self.spawn
-
-
-def tree_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of a process and each of its live descendants (with their reaped children), by pid (Linux)."""
-
-    def stat(p: int) -> list[str]:
-        with open(f"/proc/{p}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                children.setdefault(int(stat(int(entry))[1]), []).append(int(entry))
-            except OSError:
-                continue
-    found, stack, tick = {}, [pid], os.sysconf("SC_CLK_TCK")
-    while stack:
-        current = stack.pop()
-        try:
-            found[current] = sum(int(x) for x in stat(current)[11:15]) / tick
-        except OSError:
-            continue
-        stack.extend(children.get(current, []))
-    return found
 
 
 def cpu_since(before: Mapping[int, float], after: Mapping[int, float]) -> float:

@@ -89,8 +89,8 @@ def _own_cpu_s() -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its live descendants (plus reaped children), from /proc (Linux)."""
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of a process and each of its live descendants (with their reaped children), by pid (Linux)."""
 
     def stat(p: int) -> list[str]:
         with open(f"/proc/{p}/stat") as f:
@@ -103,16 +103,20 @@ def _tree_cpu_s(pid: int) -> float:
                 children.setdefault(int(stat(int(entry))[1]), []).append(int(entry))
             except OSError:
                 continue
-    total, stack = 0.0, [pid]
+    found, stack, tick = {}, [pid], os.sysconf("SC_CLK_TCK")
     while stack:
         current = stack.pop()
         try:
-            fields = stat(current)
+            found[current] = sum(int(x) for x in stat(current)[11:15]) / tick
         except OSError:
             continue
-        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
         stack.extend(children.get(current, []))
-    return total
+    return found
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (plus reaped children), from /proc (Linux)."""
+    return sum(tree_cpu(pid).values())
 
 
 def raw_consume(

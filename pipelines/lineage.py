@@ -12,10 +12,11 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from cohort.common.types import TopicPartition
+from cohort.assignment.messages import LedgerEntry
+from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.results import BatchResult
 
-__all__ = ["METADATA_PREFIX", "ConsumedRange", "consumed_ranges"]
+__all__ = ["METADATA_PREFIX", "ConsumedRange", "consumed_ranges", "reported_range"]
 
 METADATA_PREFIX = "cohort/"
 
@@ -109,3 +110,31 @@ def consumed_ranges(
             )
         )
     return ranges
+
+
+def reported_range(
+    entry: OffsetRange | LedgerEntry,
+    *,
+    group: str,
+    generation: int,
+    member: str,
+    instance_id: str,
+    run_id: str,
+    reported_by: str,
+) -> ConsumedRange:
+    """The record of a range run `run_id` read and committed (a ledger entry), reported by run `reported_by`
+    because the reading run ended before it could (or before its ledger commit)."""
+    return ConsumedRange(
+        topic=entry.topic,
+        partition=entry.partition,
+        from_offset=entry.from_offset,
+        until_offset=entry.until_offset,
+        records=entry.records,
+        quarantined=entry.quarantined,
+        group=group,
+        generation=generation,
+        member=member,
+        instance_id=instance_id,
+        run_id=run_id,
+        reported_by=reported_by,
+    )

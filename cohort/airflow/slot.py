@@ -25,7 +25,7 @@ from cohort.assignment.messages import LedgerEntry
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.pipelines.kafka_client import read_partition_counts, watermarks
 from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
-from cohort.pipelines.lineage import ConsumedRange, consumed_ranges
+from cohort.pipelines.lineage import ConsumedRange, consumed_ranges, reported_range
 from cohort.pipelines.slot_batch import BatchRunner, run_slot_batch
 from cohort.pipelines.spark import close_session, open_session
 from cohort.pipelines.spec import PipelineSpec
@@ -100,13 +100,8 @@ def _earlier_tries(
             if entry.is_reset or (entry.until_offset == entry.from_offset and entry.gap_reason is None):
                 continue
             ranges.append(
-                ConsumedRange(
-                    topic=entry.topic,
-                    partition=entry.partition,
-                    from_offset=entry.from_offset,
-                    until_offset=entry.until_offset,
-                    records=entry.records,
-                    quarantined=entry.quarantined,
+                reported_range(
+                    entry,
                     group=group.group,
                     generation=entry.generation,
                     member=entry.member_id or "",

@@ -18,7 +18,6 @@ not the end of its parent (which closes the JVM's stdin).
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ from cohort.devtools.embedded_broker import free_port
 from cohort.devtools.topics import create_topic, partition_counts
 from cohort.devtools.ui import stop_process_group, ui_environment
 from cohort.resources import SparkResource
+from tests.support.processes import Proc, alive, descendants, kill, marked
 
 T = DagsterCohortTranslator()
 MARKER = "COHORT_TERMINATE_TEST"
@@ -57,68 +56,9 @@ STOP_BOUND_S = 60.0
 """How long a terminated run may take to be CANCELED with no process left and its member gone."""
 
 
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    started: int
-    name: str
-    cmdline: str
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError:  # gone, or not ours to read
-        return b""
-
-
 def _marked(marker: str) -> dict[int, Proc]:
     """Live processes whose environment carries `MARKER=marker` (zombies have none): this test's processes."""
-    found = {}
-    needle = f"{MARKER}={marker}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or needle not in _read(f"/proc/{entry}/environ").split(b"\0"):
-            continue
-        stat = _read(f"/proc/{entry}/stat").decode(errors="replace")
-        if ")" not in stat:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, ..., starttime (field 22 of stat)
-        if fields[0] == "Z":
-            continue
-        cmdline = _read(f"/proc/{entry}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
-        found[int(entry)] = Proc(int(entry), int(fields[1]), int(fields[19]), name, cmdline)
-    return found
-
-
-def _descendants(procs: dict[int, Proc], root: int) -> dict[int, Proc]:
-    """`root` and every process below it in `procs`."""
-    tree, frontier = {}, [root]
-    while frontier:
-        pid = frontier.pop()
-        if pid in procs:
-            tree[pid] = procs[pid]
-        frontier += [p.pid for p in procs.values() if p.ppid == pid]
-    return tree
-
-
-def _alive(proc: Proc) -> bool:
-    """Whether the process still runs (the same one: same start time; a zombie has ended)."""
-    stat = _read(f"/proc/{proc.pid}/stat").decode(errors="replace")
-    if ")" not in stat:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[0] != "Z" and int(fields[19]) == proc.started
-
-
-def _kill(procs: dict[int, Proc]) -> None:
-    """SIGKILL these processes by pid, each only if it is still the same process."""
-    for proc in procs.values():
-        if _alive(proc):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
+    return marked(MARKER, marker)
 
 
 def _watch_ends(procs: list[Proc], since: float) -> dict[int, float]:
@@ -129,7 +69,7 @@ def _watch_ends(procs: list[Proc], since: float) -> dict[int, float]:
         deadline = since + STOP_BOUND_S
         while len(ended) < len(procs) and time.monotonic() < deadline:
             for proc in procs:
-                if proc.pid not in ended and not _alive(proc):
+                if proc.pid not in ended and not alive(proc):
                     ended[proc.pid] = time.monotonic() - since
             time.sleep(0.02)
 
@@ -163,7 +103,7 @@ def _webserver(root: Path, env: dict[str, str], port: int, marker: str) -> Itera
         yield process
     finally:
         stop_process_group(process)
-        _kill(_marked(marker))
+        kill(_marked(marker))
         log.close()
 
 
@@ -285,7 +225,7 @@ def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_th
 
         def jvm() -> Proc | None:
             """The run's Spark JVM once it runs Python workers (tasks), while its members hold partitions."""
-            tree = _descendants(_marked(marker), worker)
+            tree = descendants(_marked(marker), worker)
             java = [p for p in tree.values() if p.name == "java" and any(c.ppid == p.pid for c in tree.values())]
             holding = [m for m in members_of(run_id) if m.assigned]
             return java[0] if java and len(holding) == (1 if slot else 3) else None

@@ -70,13 +70,11 @@ from tests.multihost.hosts import (
     TOPIC_SENSOR,
     WORKSPACE_YAML,
     Host,
-    alive,
-    descendants,
     host_environment,
-    kill,
     marked,
     running_hosts,
 )
+from tests.support.processes import alive, descendants, kill
 
 T = DagsterCohortTranslator()
 PARTITIONS = 4
