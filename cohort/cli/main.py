@@ -23,7 +23,7 @@ __all__ = ["main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cohort")
 def main() -> None:
-    """Cohort: Kafka consumer-group semantics for Dagster + PySpark batch pipelines."""
+    """Cohort: Kafka consumer-group semantics for batch pipelines (Dagster or Airflow orchestrates, PySpark works)."""
 
 
 @main.command()
