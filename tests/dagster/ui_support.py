@@ -5,7 +5,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.metadata import MetadataValue
@@ -14,22 +14,10 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from tests.dagster.browser import Page
 from tests.dagster.support import ROOT
+from tests.support.polling import poll
 
 ARTIFACTS = ROOT / "artifacts"
 COMMUNITY_DIALOG = "Join the Dagster community"
-_T = TypeVar("_T")
-
-
-def poll(probe: Callable[[], _T | None], *, timeout_s: float, what: str, interval_s: float = 1.0) -> _T:
-    """The first truthy answer of `probe` within `timeout_s`, else an AssertionError naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answer = probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 class Screenshots:
