@@ -106,7 +106,7 @@ def cohort_dag(
         def slots(**context: Any) -> list[int]:
             return slots_for(group, context.get("triggering_asset_events"))
 
-        @task(task_id="run_slot", outlets=[group_alias(group.group)])
+        @task(task_id="run_slot", outlets=[group_alias(group.group)], inlets=[group_alias(group.group)])
         def run_slot_task(slot: int, **context: Any) -> dict[str, Any]:
             report = run_slot(
                 config,
@@ -115,6 +115,7 @@ def cohort_dag(
                 run_id=context["run_id"],
                 try_number=context["ti"].try_number,
                 outlet_events=context["outlet_events"],
+                inlet_events=context["inlet_events"],
                 runner=runner,
             )
             return report.as_xcom()

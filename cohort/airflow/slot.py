@@ -3,25 +3,24 @@
 The body of the DAG's mapped task (`cohort.airflow.dag`): the same group protocol, Spark batch, fenced ledger and
 Kafka mirror as a Dagster worker run (`cohort.pipelines.slot_batch`), with the Airflow task instance as the
 run. Its ledger run id is `airflow:<dag_id>/<run_id>/slot-<n>/try-<k>`: a retry of the mapped task keeps its
-slot (Airflow keeps the map index across tries) and gets a new id, so the ledger tells the tries apart. A try
+slot (Airflow keeps the map index across tries) and gets a new id, so the ledger tells the tries apart. A task
 that committed and then died never had its asset events registered (Airflow registers a task's outlet events
-when it succeeds): the next try of the slot in the same DAG run emits them for it.
+when it succeeds): the slot's next task instance, a retry or a later run's, emits them for it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from cohort.airflow.connection import bootstrap_of, kafka_config
-from cohort.airflow.lineage import emit
+from cohort.airflow.lineage import emit, group_alias
 from cohort.assignment.group_state import subscribed_counts
-from cohort.assignment.messages import LedgerEntry
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.pipelines.kafka_client import read_partition_counts, watermarks
 from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
@@ -86,30 +85,56 @@ def ledger_run_id(dag_id: str, run_id: str, slot: int, try_number: int) -> str:
     return f"airflow:{dag_id}/{run_id}/slot-{slot}/try-{try_number}"
 
 
-def _earlier_tries(
-    group: WorkerGroup, coordinator: Any, dag_id: str, run_id: str, slot: int, try_number: int
-) -> list[ConsumedRange]:
-    """Ranges earlier tries of this slot in this DAG run committed: none of them succeeded, so none was reported."""
-    reported = ledger_run_id(dag_id, run_id, slot, try_number)
-    ranges = []
-    for earlier in range(1, try_number):
-        entries: list[LedgerEntry] = coordinator.run_ledger_history(
-            group.group, ledger_run_id(dag_id, run_id, slot, earlier)
-        )
-        for entry in entries:
-            if entry.is_reset or (entry.until_offset == entry.from_offset and entry.gap_reason is None):
-                continue
-            ranges.append(
-                reported_range(
-                    entry,
-                    group=group.group,
-                    generation=entry.generation,
-                    member=entry.member_id or "",
-                    instance_id=group.instance_id(slot),
-                    run_id=entry.run_id or "",
-                    reported_by=reported,
+def shown_ranges(inlet_events: Any, group: str) -> set[tuple[str, int, int, int]]:
+    """(topic, partition, from, until) of every range the group's asset events show (read through its alias)."""
+    shown = set()
+    for event in inlet_events[group_alias(group)] if inlet_events is not None else ():
+        extra = getattr(event, "extra", None) or {}
+        try:
+            shown.add(
+                (
+                    str(extra["cohort/topic"]),
+                    int(extra["cohort/partition"]),
+                    int(extra["cohort/from_offset"]),
+                    int(extra["cohort/until_offset"]),
                 )
             )
+        except (KeyError, TypeError, ValueError):
+            continue  # an event of someone else's making: nothing the ledger accounts for
+    return shown
+
+
+def unreported_ranges(
+    group: WorkerGroup,
+    coordinator: Any,
+    counts: Mapping[str, int],
+    slot: int,
+    shown: Collection[tuple[str, int, int, int]],
+    reported_by: str,
+) -> list[ConsumedRange]:
+    """Ranges slot `slot` committed that no asset event shows, on the partitions of `counts`: a task instance
+    killed between its ledger commit and its success (Airflow registers a task's outlet events when it
+    succeeds) leaves them; the slot's next task instance, a retry or a later run's, reports them."""
+    instance = group.instance_id(slot)
+    ranges = []
+    for topic, count in sorted(counts.items()):
+        for partition in range(count):
+            for entry in coordinator.ledger_history(group.group, topic, partition):
+                if entry.is_reset or entry.gap_reason is not None or entry.until_offset <= entry.from_offset:
+                    continue
+                if entry.instance_id != instance or (topic, partition, entry.from_offset, entry.until_offset) in shown:
+                    continue
+                ranges.append(
+                    reported_range(
+                        entry,
+                        group=group.group,
+                        generation=entry.generation,
+                        member=entry.member_id or "",
+                        instance_id=instance,
+                        run_id=entry.run_id or "",
+                        reported_by=reported_by,
+                    )
+                )
     return ranges
 
 
@@ -121,9 +146,13 @@ def run_slot(
     run_id: str,
     try_number: int,
     outlet_events: Any,
+    inlet_events: Any = None,
     runner: BatchRunner | None = None,
 ) -> SlotReport:
-    """Run worker slot `slot`'s batch as this task instance, emit its asset events and end its membership."""
+    """Run worker slot `slot`'s batch as this task instance, emit its asset events and end its membership.
+
+    First, the ranges the slot committed that no asset event shows (`inlet_events`: the group alias's events)
+    are reported, so the events tile the ledger even after a task was killed between its commit and its end."""
     group = config.worker_group()
     kafka = kafka_config(config.kafka_conn_id)
     bootstrap = bootstrap_of(kafka)
@@ -131,9 +160,11 @@ def run_slot(
     coordinator = group.open_coordinator()
     owned = None
     try:
-        earlier = _earlier_tries(group, coordinator, dag_id, run_id, slot, try_number)
-        emitted = emit(outlet_events, group.group, bootstrap, earlier)
         admin = AdminClient(kafka)
+        subscribed_now = subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
+        shown = shown_ranges(inlet_events, group.group)
+        earlier = unreported_ranges(group, coordinator, subscribed_now, slot, shown, client_id)
+        emitted = emit(outlet_events, group.group, bootstrap, earlier)
 
         def partition_counts(topics: set[str]) -> dict[str, int]:
             return read_partition_counts(admin, topics)

@@ -204,8 +204,8 @@ def _held_batches(stall: Path, count: int) -> set[int]:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("retries", "stall_at"),
-    [(1, "write"), (0, "write"), (1, "commit")],
-    ids=["retried", "rerun-by-trigger", "killed-after-commit"],
+    [(1, "write"), (0, "write"), (1, "commit"), (0, "commit")],
+    ids=["retried", "rerun-by-trigger", "killed-after-commit", "killed-after-commit-rerun-by-trigger"],
 )
 def test_a_slot_killed_mid_batch_is_finished_from_the_committed_offsets(
     deploy, tmp_path, kafka_config, topic_factory, produce_records, retries, stall_at
@@ -220,7 +220,9 @@ def test_a_slot_killed_mid_batch_is_finished_from_the_committed_offsets(
     - rerun-by-trigger (no retries): the first run fails on slot 1; the signalled run runs exactly slot 1 and
       lands what it lost;
     - killed-after-commit (retried): try 1's ledger commit stands and nothing is read twice; try 2 reports try 1's
-      ranges as asset events (try 1 never succeeded, so Airflow never registered its events).
+      ranges as asset events (try 1 never succeeded, so Airflow never registered its events);
+    - killed-after-commit-rerun-by-trigger (no retries): the same, reported by the signalled run's task of slot 1
+      (another DAG run: the slot's next task instance reads the group's events and reports what they lack).
 
     Every offset lands once, the ledger tiles each partition, the asset events tile the ledger, `cohort audit`
     finds nothing to repair.
@@ -294,11 +296,12 @@ def test_a_slot_killed_mid_batch_is_finished_from_the_committed_offsets(
     else:
         finisher = f"airflow:{dag_id}/{second}/slot-1/try-1"
     assert finisher in run_ids and run_ids <= {finisher, f"airflow:{dag_id}/manual-1/slot-2/try-1"}, run_ids
-    if stall_at == "commit":  # try 1's ranges were reported by try 2
+    if stall_at == "commit":  # the killed try's ranges were reported by the slot's next task instance
         reported = {
             (e["extra"]["cohort/run_id"], e["extra"].get("cohort/reported_by")) for e in deployment.topic_events(topic)
         }
-        assert (killed, f"airflow:{dag_id}/manual-1/slot-1/try-2") in reported, reported
+        reporter = f"airflow:{dag_id}/manual-1/slot-1/try-2" if retries else f"airflow:{dag_id}/{second}/slot-1/try-1"
+        assert (killed, reporter) in reported, reported
     deployment.cli(
         "audit", deployment.group, "--sink", str(deployment.sink), "--store-url", deployment.store,
         "--bootstrap-servers", deployment.bootstrap,
