@@ -108,14 +108,17 @@ def cohort_dag(
 
         @task(task_id="run_slot", outlets=[group_alias(group.group)], inlets=[group_alias(group.group)])
         def run_slot_task(slot: int, **context: Any) -> dict[str, Any]:
+            ti = context["ti"]
+            signalled = str(getattr(context["dag_run"], "run_type", "")).endswith("asset_triggered")
             report = run_slot(
                 config,
                 slot,
                 dag_id=name,
                 run_id=context["run_id"],
-                try_number=context["ti"].try_number,
+                try_number=ti.try_number,
                 outlet_events=context["outlet_events"],
                 inlet_events=context["inlet_events"],
+                rerun_on_failure=ti.try_number > ti.max_tries and not signalled,
                 runner=runner,
             )
             return report.as_xcom()

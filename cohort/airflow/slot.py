@@ -10,6 +10,7 @@ when it succeeds): the slot's next task instance, a retry or a later run's, emit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Collection, Mapping
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from cohort.airflow.connection import bootstrap_of, kafka_config
 from cohort.airflow.lineage import emit, group_alias
+from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.group_state import subscribed_counts
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.pipelines.kafka_client import read_partition_counts, watermarks
@@ -147,12 +149,16 @@ def run_slot(
     try_number: int,
     outlet_events: Any,
     inlet_events: Any = None,
+    rerun_on_failure: bool = False,
     runner: BatchRunner | None = None,
 ) -> SlotReport:
     """Run worker slot `slot`'s batch as this task instance, emit its asset events and end its membership.
 
     First, the ranges the slot committed that no asset event shows (`inlet_events`: the group alias's events)
-    are reported, so the events tile the ledger even after a task was killed between its commit and its end."""
+    are reported, so the events tile the ledger even after a task was killed between its commit and its end.
+    With `rerun_on_failure` (the slot's last try, in a run no rerun signal started), a failure evicts the member
+    instead of leaving: the group's trigger sees a loss and reruns the slot once; a rerun that fails is left for
+    a person (the next scheduled run)."""
     group = config.worker_group()
     kafka = kafka_config(config.kafka_conn_id)
     bootstrap = bootstrap_of(kafka)
@@ -185,20 +191,28 @@ def run_slot(
                 )
             return owned.session
 
-        done = run_slot_batch(
-            member,
-            slot,
-            spark=session,
-            started_session=lambda: owned.session if owned is not None else None,
-            pipeline=config.pipeline,
-            kafka_config=kafka,
-            partition_counts=partition_counts,
-            run_id=client_id,
-            log=log,
-            mirror=KafkaOffsetMirror(kafka),
-            runner=runner,
-            leave_group=group.leave_on_finish,
-        )
+        try:
+            done = run_slot_batch(
+                member,
+                slot,
+                spark=session,
+                started_session=lambda: owned.session if owned is not None else None,
+                pipeline=config.pipeline,
+                kafka_config=kafka,
+                partition_counts=partition_counts,
+                run_id=client_id,
+                log=log,
+                mirror=KafkaOffsetMirror(kafka),
+                runner=runner,
+                leave_group=group.leave_on_finish and not rerun_on_failure,
+            )
+        except Exception as exc:
+            if rerun_on_failure and member.member_id is not None:
+                # the slot's last try failed: evicted (not a clean leave), so the group's trigger reruns it once
+                reason = f"task {client_id} failed on its last try: {type(exc).__name__}"
+                with contextlib.suppress(CoordinatorError):
+                    coordinator.evict_member(group.group, member.member_id, reason)
+            raise
         try:
             result = done.result
             ranges: list[ConsumedRange] = []

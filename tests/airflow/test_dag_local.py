@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
+from cohort.airflow.watch import CLEAN_LEAVE
 from cohort.assignment.coordinator import Coordinator
-from tests.airflow.support import dag_test, make_home
+from cohort.assignment.group_state import EventKind
+from tests.airflow.support import dag_test, guide_dag, make_home
 
 GROUP = "orders-airflow-local"
 
@@ -64,3 +66,54 @@ def test_two_slots_land_a_topic_once_and_the_asset_events_tile_the_ledger(
         ("run_slot", 1, "success"),
         ("slots", -1, "success"),
     ]
+
+
+FAILING = """
+
+def _failing_batch(*args, **kwargs):
+    raise RuntimeError("the batch failed")
+
+
+dag = cohort_dag(  # the same group, every batch failing, no retries: each slot's only try is its last
+    AirflowGroup(group, pipeline, kafka_conn_id="kafka_default", store_url_env="COHORT_STORE_URL"),
+    schedule=None,
+    retries=0,
+    runner=_failing_batch,
+)
+"""
+
+
+def test_a_slot_failing_its_last_try_is_evicted_so_the_trigger_reruns_it(
+    tmp_path: Path, kafka_config, topic_factory, produce_records
+):
+    topic = topic_factory(2, suffix="affail")
+    produce_records(topic, [(i % 2, None, json.dumps({"id": i, "kind": "v"}).encode()) for i in range(10)])
+    store = f"sqlite:///{tmp_path / 'cohort.db'}"
+    group = "orders-airflow-failing"
+    home = make_home(
+        tmp_path / "airflow",
+        {
+            "COHORT_AIRFLOW_GROUP": group,
+            "COHORT_AIRFLOW_TOPIC": topic,
+            "COHORT_AIRFLOW_SINK": str(tmp_path / "lake"),
+            "COHORT_STORE_URL": store,
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_config["bootstrap.servers"]}}
+            ),
+        },
+        dag_source=guide_dag() + FAILING,
+    )
+
+    run = dag_test(home, "cohort__orders_airflow_failing")
+
+    assert run["state"] == "failed", run
+    coordinator = Coordinator.from_url(store)
+    try:
+        removed = [e for _, e in coordinator.group_events(group) if e.kind is EventKind.MEMBER_REMOVED]
+        assert coordinator.describe_group(group).members == ()
+    finally:
+        coordinator.close()
+    reasons = sorted(e.reason for e in removed)
+    assert len(reasons) == 2 and all(not r.startswith(CLEAN_LEAVE) for r in reasons), reasons
+    assert all("failed on its last try: RuntimeError" in r for r in reasons), reasons
+    assert [f"slot-{n}/try-1" in r for n, r in zip((1, 2), reasons, strict=True)] == [True, True]
