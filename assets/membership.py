@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cohort.assets.cursors import GroupCursor
-from cohort.assignment.group_state import EventKind, GroupEvent
+from cohort.assignment.group_state import CLEAN_LEAVE, EventKind, GroupEvent
 
 __all__ = [
     "CLEAN_LEAVE",
@@ -41,8 +41,6 @@ __all__ = [
     "decide_reruns",
 ]
 
-CLEAN_LEAVE = "left:"
-"""Prefix of the removal reason of a member that left on its own (nothing orphaned)."""
 REMEMBERED_RERUNS = 200
 """How many rerun run ids a group's cursor keeps (a run rerun at its deadline is not rerun again)."""
 

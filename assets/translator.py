@@ -23,7 +23,7 @@ from typing import Any
 
 import dagster as dg
 
-from cohort.common.names import validate_topic_name
+from cohort.common.names import safe_name, validate_topic_name
 from cohort.pipelines.arrow_sink import arrow_filesystem
 from cohort.pipelines.checked import is_scalar_key
 from cohort.pipelines.lineage import METADATA_PREFIX, ConsumedRange
@@ -47,11 +47,6 @@ __all__ = [
 CHECK_CONTIGUOUS = "offsets_contiguous"
 CHECK_LAG = "lag_under_threshold"
 CHECK_SINK = "sink_matches_ledger"
-
-
-def safe_name(text: str) -> str:
-    """`text` with every character Dagster does not allow in names replaced by '_'."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
 _TEXT_FIELDS = frozenset({"partition", "from_offset", "until_offset", "generation", "replay", "content_hash"})

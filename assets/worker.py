@@ -239,9 +239,7 @@ def run_worker(
 
 def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """Records left behind per consumed partition once the batch committed (0 when caught up)."""
-    if result is None:
-        return {}
-    return {tp: max(0, end - result.partition(tp.topic, tp.partition).until_offset) for tp, end in ends.items()}
+    return result.lag_after(ends) if result is not None else {}
 
 
 def materializations(

@@ -23,6 +23,7 @@ from cohort.common.types import TopicPartition
 from cohort.common.validation import is_integer, is_number
 
 __all__ = [
+    "CLEAN_LEAVE",
     "REMEMBERED_CLAIMS",
     "TRANSITIONS",
     "EventKind",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 
+CLEAN_LEAVE = "left:"
+"""Prefix of the removal reason of a member that left on its own (a clean shutdown: nothing orphaned)."""
 REMEMBERED_CLAIMS = 256
 """How many rerun claims a group record keeps (the oldest are dropped: a loss is claimed within a tick)."""
 

@@ -26,6 +26,7 @@ from cohort.assignment.errors import (
     UnknownMemberIdError,
 )
 from cohort.assignment.group_state import (
+    CLEAN_LEAVE,
     REMEMBERED_CLAIMS,
     EventKind,
     GroupRecord,
@@ -219,7 +220,7 @@ def decide_leave(
     checked = check_member(current, member_id, instance_id, None)
     if isinstance(checked, CoordinatorError):
         return Decision(outcome, error=checked)
-    return Decision(_remove_and_rebalance(outcome, member_id, ctx, f"left: {reason}"))
+    return Decision(_remove_and_rebalance(outcome, member_id, ctx, f"{CLEAN_LEAVE} {reason}"))
 
 
 def decide_evict(group: GroupRecord | None, name: str, member_id: str, reason: str, ctx: Context) -> Decision[None]:

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["InvalidNameError", "validate_group_name", "validate_instance_id", "validate_topic_name"]
+__all__ = ["InvalidNameError", "safe_name", "validate_group_name", "validate_instance_id", "validate_topic_name"]
 
 _SAFE = re.compile(r"[A-Za-z0-9._-]+")
 _MAX_TOPIC = 249
 _MAX_GROUP = 249
+
+
+def safe_name(text: str) -> str:
+    """`text` with every character other than ASCII letters, digits and '_' replaced by '_': a name Dagster and
+    Airflow accept for their jobs, DAGs, ops and assets."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
 class InvalidNameError(ValueError):

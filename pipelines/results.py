@@ -98,6 +98,11 @@ class BatchResult:
     def seconds(self) -> float:
         return sum(self.stage_seconds.values())
 
+    def lag_after(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Records left behind per consumed partition once the batch committed (0 when caught up), given the
+        partitions' end offsets."""
+        return {tp: max(0, end - self.partition(tp.topic, tp.partition).until_offset) for tp, end in ends.items()}
+
     def partition(self, topic: str, partition: int) -> PartitionResult:
         """The result of one partition; KeyError naming it if it was not in the batch."""
         for result in self.partitions:

@@ -152,7 +152,7 @@ class CohortGroupResource(dg.ConfigurableResource):
 
     def slots(self) -> list[int]:
         """All worker slots, 1..worker_slots."""
-        return list(range(1, self.worker_slots + 1))
+        return self.worker_group().slots()
 
     # ---------------------------------------------------------------------------------- coordinator
 
@@ -177,7 +177,7 @@ class CohortGroupResource(dg.ConfigurableResource):
             cached = self._coordinators.get(id(clock))
             if cached is not None and cached.clock is clock:
                 return cached
-            coordinator = Coordinator.from_url(self.store_url, clock=clock, config=self.group_config())
+            coordinator = self.worker_group().open_coordinator(clock)
             self._coordinators[id(clock)] = coordinator
             return coordinator
 

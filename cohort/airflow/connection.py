@@ -1,4 +1,5 @@
-"""The Kafka settings of an Airflow-driven group: a librdkafka configuration from an Airflow connection.
+"""The settings of an Airflow-driven group that live outside its DAG file: Kafka's librdkafka configuration
+from an Airflow connection, and the store URL from an environment variable.
 
 Like Airflow's Kafka provider, the connection's `extra` is the librdkafka configuration (`bootstrap.servers`,
 `security.protocol`, `sasl.*`, `ssl.*`), so credentials stay in Airflow's connections: an
@@ -8,10 +9,11 @@ never logged: `describe` masks its secrets.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["KafkaConnectionError", "bootstrap_of", "describe", "kafka_config"]
+__all__ = ["KafkaConnectionError", "bootstrap_of", "describe", "kafka_config", "store_url_from_env"]
 
 _SECRET_WORDS = ("password", "secret", "token", "key")
 
@@ -39,6 +41,15 @@ def config_from_extra(conn_id: str, extra: Mapping[str, Any]) -> dict[str, Any]:
             f"Airflow connection {conn_id!r} has no 'bootstrap.servers' in its extra (the librdkafka settings)"
         )
     return config
+
+
+def store_url_from_env(variable: str) -> str:
+    """The group's store URL from environment variable `variable` (it may hold a password: never in a DAG's
+    code or a trigger's kwargs, which Airflow stores); a ValueError naming the variable when it is not set."""
+    url = os.environ.get(variable)
+    if not url:
+        raise ValueError(f"the environment variable {variable!r} (the group's store URL) is not set")
+    return url
 
 
 def bootstrap_of(config: Mapping[str, Any]) -> str:

@@ -17,7 +17,6 @@ hold one slot at once (the second would fence the first, whose commit would then
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,13 +27,10 @@ from cohort.airflow.lineage import group_alias
 from cohort.airflow.slot import AirflowGroup, run_slot
 from cohort.airflow.trigger import GroupWatchTrigger, group_settings
 from cohort.assignment.worker_group import WorkerGroup
+from cohort.common.names import safe_name
 from cohort.pipelines.slot_batch import BatchRunner
 
 __all__ = ["cohort_dag", "signal_asset", "slots_for"]
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def signal_asset(config: AirflowGroup, *, poll_interval_s: float = 10.0) -> Asset:
@@ -51,7 +47,7 @@ def signal_asset(config: AirflowGroup, *, poll_interval_s: float = 10.0) -> Asse
         name=name,
         uri=f"x-cohort://{group.group}/signals",
         group="cohort",
-        watchers=[AssetWatcher(name=f"cohort_{_safe(group.group)}_watch", trigger=trigger)],
+        watchers=[AssetWatcher(name=f"cohort_{safe_name(group.group)}_watch", trigger=trigger)],
     )
 
 
@@ -90,7 +86,7 @@ def cohort_dag(
     if signals is not None:
         cron = CronTriggerTimetable(schedule, timezone="UTC") if schedule else None
         timetable = AssetOrTimeSchedule(timetable=cron, assets=[signals]) if cron else [signals]
-    name = dag_id or f"cohort__{_safe(group.group)}"
+    name = dag_id or f"cohort__{safe_name(group.group)}"
     with DAG(
         dag_id=name,
         schedule=timetable,

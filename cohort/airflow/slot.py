@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from cohort.airflow.connection import bootstrap_of, kafka_config
+from cohort.airflow.connection import bootstrap_of, kafka_config, store_url_from_env
 from cohort.airflow.lineage import emit, group_alias
 from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.group_state import subscribed_counts
@@ -58,10 +57,7 @@ class AirflowGroup:
         """The group's settings with the store URL where it really comes from."""
         if not self.store_url_env:
             return self.group
-        url = os.environ.get(self.store_url_env)
-        if not url:
-            raise ValueError(f"the environment variable {self.store_url_env!r} (the group's store URL) is not set")
-        return replace(self.group, store_url=url)
+        return replace(self.group, store_url=store_url_from_env(self.store_url_env))
 
 
 @dataclass(frozen=True)
@@ -218,8 +214,7 @@ def run_slot(
             ranges: list[ConsumedRange] = []
             if result is not None:
                 tps = [p.topic_partition for p in result.partitions]
-                ends = {tp: end for tp, (_low, end) in watermarks(kafka, tps).items()}
-                lag = {tp: max(0, end - result.partition(*tp).until_offset) for tp, end in ends.items()}
+                lag = result.lag_after({tp: end for tp, (_low, end) in watermarks(kafka, tps).items()})
                 ranges = consumed_ranges(
                     result,
                     group=group.group,

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from cohort.airflow.connection import config_from_extra
+from cohort.airflow.connection import config_from_extra, store_url_from_env
 from cohort.airflow.watch import GroupWatch
 from cohort.assignment.group_state import subscribed_counts
 from cohort.assignment.worker_group import WorkerGroup
@@ -45,10 +45,7 @@ def worker_group_of(settings: dict[str, Any], store_url_env: str | None) -> Work
     values["topics"] = tuple(values.get("topics", ()))
     values["assignors"] = tuple(values.get("assignors", ()))
     if store_url_env:
-        url = os.environ.get(store_url_env)
-        if not url:
-            raise ValueError(f"the environment variable {store_url_env!r} (the group's store URL) is not set")
-        values["store_url"] = url
+        values["store_url"] = store_url_from_env(store_url_env)
     return WorkerGroup(**values)
 
 

@@ -21,15 +21,12 @@ from dataclasses import dataclass, field
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import GroupIdNotFoundError
-from cohort.assignment.group_state import EventKind, GroupEvent
+from cohort.assignment.group_state import CLEAN_LEAVE, EventKind, GroupEvent
 from cohort.assignment.worker_group import WorkerGroup
 
 __all__ = ["GroupWatch", "Signal", "WatchState", "decide_signals"]
 
 log = logging.getLogger(__name__)
-
-CLEAN_LEAVE = "left:"
-"""Prefix of the removal reason of a member that left on its own (nothing orphaned)."""
 
 
 @dataclass(frozen=True)

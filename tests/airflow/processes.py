@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from cohort.devtools.embedded_broker import free_port
 from tests.airflow.support import AirflowHome
 from tests.support.polling import poll
+from tests.support.processes import marked
 
 MARKER = "COHORT_AIRFLOW_E2E"
 """The environment variable every process of a deployment carries (value: the deployment's token)."""
@@ -61,18 +62,7 @@ def processes() -> dict[int, tuple[str, int, int, int]]:
 def marked_pids(token: str) -> set[int]:
     """Live processes whose environment holds MARKER=token. A process that set its title (setproctitle: Airflow's
     components, workers and task runners) overwrote its initial environment block: it is found by its session."""
-    needle = f"{MARKER}={token}".encode()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours
-            continue
-        if needle in environ.split(b"\0"):
-            found.add(int(entry.name))
-    return found
+    return set(marked(MARKER, token))
 
 
 def group_alive(pgid: int) -> bool:
