@@ -34,9 +34,9 @@ Per run:
   **launch -> published** is the end of `run_batch` less its mirror stage;
 - the **split** of launch -> commit, from the run's report (see benchmarks/freshness_run.py): the interpreter's
   start, imports, the Definitions, the Dagster instance, from the instance to the step's start (the run stored, the
-  resources up; a step process too, for a job whose executor starts one), the worker before the group join (run
-  tags, unreported ranges, topic metadata), the join, after the join (partition counts, dynamic partitions), the
-  Spark session, before the batch, and `run_batch` until the commit (its `stage_seconds` are shown too);
+  resources up), the worker before the group join (run tags, unreported ranges, topic metadata), the join, after the
+  join (partition counts, dynamic partitions), the Spark session, before the batch, and `run_batch` until the commit
+  (its `stage_seconds` are shown too);
 - CPU seconds: the run process and everything it started and reaped (the local JVM and its Python workers in
   cold runs), and the Connect server's process tree (its JVM and Python workers, those alive at the run's end).
 
@@ -321,15 +321,6 @@ def main() -> None:
                 flush=True,
             )
             print(f"     split: {parts}", flush=True)
-            events = r.report["events"]
-            if "step_job" in r.report and "STEP_WORKER_STARTING" in events:
-                spawning, step_start = events["STEP_WORKER_STARTING"][0], events["STEP_START"][0]
-                print(
-                    f"     step process: spawned {spawning - r.report['instance']:.2f} s after the instance opened, "
-                    f"its interpreter and imports {r.report['step_job'] - spawning:.2f} s, the job rebuilt to the "
-                    f"step's start {step_start - r.report['step_job']:.2f} s",
-                    flush=True,
-                )
             tasks = r.report["task_seconds"]
             print(
                 f"     batch stages: {stages} (of plan: parallelism {r.report.get('parallelism_s', 0.0):.2f}; "

@@ -29,16 +29,14 @@ ledger's `committed_at` and of the parent's launch time):
   new Spark Connect session; nothing on a classic one);
 - `executed`: the execution returned.
 
-The step's part of the timeline (from `join` on) is noted by the process running the step: a step process (for a job
-whose executor starts one) writes it to `<report>.step-<pid>.json` when it exits, and this process merges it into
-the report. The timings come from thin wrappers that only note the time: a subclass of `SparkResource`, the worker's
-`runner` hook around `run_batch`, and `GroupMember.join` and `cohort.pipelines.batch.parallelism` wrapped in the
-process running the step. Nothing else differs from a plain run.
+The step runs in this process (both ways), so one timeline holds everything. The timings come from thin wrappers
+that only note the time: a subclass of `SparkResource`, the worker's `runner` hook around `run_batch`, and
+`GroupMember.join` and `cohort.pipelines.batch.parallelism` wrapped in this process. Nothing else differs from a
+plain run.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import resource
@@ -52,13 +50,11 @@ STARTED = time.time()
 """When this module began to run (the interpreter and the few standard modules above are loaded)."""
 
 JOB_VARIABLE = "COHORT_FRESHNESS_JOB"
-"""The environment variable that hands JOB_JSON to a step process (which rebuilds the job from it)."""
-RUN_PID_VARIABLE = "COHORT_FRESHNESS_RUN_PID"
-"""The run process's pid: the run process loads the reconstructable job too, and writes no step timeline."""
+"""The environment variable that hands JOB_JSON to `step_job` (which rebuilds the job from it)."""
 
 _STATE = "_cohort_freshness_state"
-"""The name in `sys.modules` of this process's timeline and step report path: one per process, whichever copy of
-this module uses them (a step process may import this file twice: as the job's module and as `__mp_main__`)."""
+"""The name in `sys.modules` of this process's timeline: one per process, whichever copy of this module uses it
+(the reconstructable job imports this file as `benchmarks.freshness_run` beside `__main__`)."""
 
 
 def _state() -> Any:
@@ -66,14 +62,7 @@ def _state() -> Any:
     if state is None:
         state = sys.modules[_STATE] = types.ModuleType(_STATE)
         state.timeline = {"main": STARTED}
-        state.step_report = None
     return state
-
-
-def _write_step_timeline() -> None:
-    state = _state()
-    if state.step_report is not None:
-        state.step_report.write_text(json.dumps(state.timeline))
 
 
 def build(job: dict[str, Any]) -> tuple[Any, Any]:
@@ -134,7 +123,6 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
             started = time.time()
             super().close()
             timeline.setdefault("spark_close", [started, time.time()])
-            _write_step_timeline()
 
     def runner(spark: Any, *args: Any, **kwargs: Any) -> BatchResult:
         started = time.time()
@@ -143,7 +131,6 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
         timeline["stage_seconds"] = dict(result.stage_seconds)
         timeline["task_seconds"] = [p.seconds for p in result.partitions]
         timeline["ranges"] = [[r.partition, r.from_offset, r.until_offset, r.records] for r in result.committed]
-        _write_step_timeline()
         return result
 
     schema = T.StructType([T.StructField("id", T.LongType(), nullable=False), T.StructField("kind", T.StringType())])
@@ -167,16 +154,8 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def step_job() -> Any:
-    """The worker job as a step process rebuilds it (`dg.reconstructable` points here); its timeline is written to
-    `<report>.step-<pid>.json` when the process exits."""
-    job = json.loads(os.environ[JOB_VARIABLE])
-    state = _state()
-    if str(os.getpid()) != os.environ.get(RUN_PID_VARIABLE) and state.step_report is None:
-        state.timeline.clear()
-        state.timeline["step_job"] = time.time()  # the step process is up and rebuilds the job
-        state.step_report = Path(f"{job['report']}.step-{os.getpid()}.json")
-        atexit.register(_write_step_timeline)
-    return build(job)[0]
+    """The worker job as `dagster api execute_run` loads it (`dg.reconstructable` points here)."""
+    return build(json.loads(os.environ[JOB_VARIABLE]))[0]
 
 
 def main() -> int:
@@ -199,16 +178,11 @@ def main() -> int:
             from benchmarks import freshness_run  # this file as the module a step process imports
 
             os.environ[JOB_VARIABLE] = json.dumps(job)
-            os.environ[RUN_PID_VARIABLE] = str(os.getpid())
             with dg.execute_job(
                 dg.reconstructable(freshness_run.step_job), instance, run_config=run_config, raise_on_error=False
             ) as executed:
                 success, run_id = executed.success, executed.run_id
                 failures = [str(e.event_specific_data) for e in executed.all_events if e.is_failure]
-            for path in Path(job["report"]).parent.glob(f"{Path(job['report']).name}.step-*.json"):
-                timeline.update(
-                    {k: v for k, v in json.loads(path.read_text()).items() if k not in ("main", "imported")}
-                )
         timeline["executed"] = time.time()
         events: dict[str, list[float]] = {}
         for entry in instance.all_logs(run_id):
