@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cohort.assignment.clock import Clock, SystemClock
@@ -61,6 +61,7 @@ from cohort.assignment.protocol import (
 )
 from cohort.assignment.rebalance import Context, advance, default_assignor_resolver
 from cohort.assignment.store import GroupStore, HeadReader, SqlGroupStore
+from cohort.assignment.trail import TrailMark
 from cohort.assignment.types import Assignor
 from cohort.assignment.views import GroupDescription, GroupListing, describe
 from cohort.common.names import validate_group_name, validate_instance_id, validate_topic_name
@@ -317,6 +318,31 @@ class Coordinator:
         validate_group_name(group)
         validate_topic_name(topic)
         return self.store.history(group, topic, partition)
+
+    def ledger_after(
+        self, group: str, topic: str, partition: int, after_id: int, *, limit: int | None = None
+    ) -> list[LedgerEntry]:
+        """The partition's ledger entries made after entry `after_id` (a `TrailMark.ledger_id`), in order: what
+        changed since a mark, read through an index whatever the history's length."""
+        validate_group_name(group)
+        validate_topic_name(topic)
+        return self.store.history(group, topic, partition, after_id=after_id, limit=limit)
+
+    def trail_marks(
+        self, group: str, trail: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, TrailMark]:
+        """How far each partition's ledger is settled in the audit trail `trail` (cohort.assignment.trail)."""
+        return self.store.trail_marks(validate_group_name(group), trail, partitions)
+
+    def advance_trail_marks(self, group: str, trail: str, marks: Sequence[TrailMark]) -> None:
+        """Store marks that moved forward (never back), stamped with the coordinator's clock."""
+        self.store.advance_trail_marks(validate_group_name(group), trail, marks, self.clock.now())
+
+    def recorded_ranges(
+        self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
+    ) -> set[tuple[int, int]]:
+        """Which of the (from, until) ranges `wanted` the partition's ledger holds as committed ranges."""
+        return self.store.recorded_ranges(validate_group_name(group), topic, partition, wanted)
 
     def last_committed(
         self, group: str, partitions: Sequence[TopicPartition]

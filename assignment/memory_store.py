@@ -13,12 +13,14 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from cohort.assignment.group_state import GroupEvent, GroupRecord
 from cohort.assignment.messages import Decision, LedgerEntry
 from cohort.assignment.store import HeadReader
+from cohort.assignment.trail import TrailMark
 from cohort.common.types import TopicPartition
 
 __all__ = ["MemoryGroupStore"]
@@ -35,6 +37,8 @@ class MemoryGroupStore:
         self._heads: dict[tuple[str, TopicPartition], int] = {}
         self._ranges: dict[tuple[str, TopicPartition], list[LedgerEntry]] = {}
         self._events: list[tuple[int, str, GroupEvent]] = []
+        self._entry_ids = 0
+        self._marks: dict[tuple[str, str, TopicPartition], TrailMark] = {}
 
     def transact(self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
         """Run `step` under the store's lock and apply its decision."""
@@ -51,6 +55,7 @@ class MemoryGroupStore:
                 self._heads = {k: v for k, v in self._heads.items() if k[0] != group}
                 self._ranges = {k: v for k, v in self._ranges.items() if k[0] != group}
                 self._events = [e for e in self._events if e[1] != group]
+                self._marks = {k: v for k, v in self._marks.items() if k[0] != group}
                 return decision
             pristine = current is None and new == GroupRecord(name=new.name, created_at=new.created_at)
             if not pristine or decision.entries:
@@ -58,7 +63,9 @@ class MemoryGroupStore:
             for tp, until in decision.heads.items():
                 self._heads[(group, tp)] = until
             for entry in decision.entries:
-                self._ranges.setdefault((group, entry.topic_partition), []).append(entry)
+                self._entry_ids += 1
+                stored = replace(entry, entry_id=self._entry_ids)
+                self._ranges.setdefault((group, entry.topic_partition), []).append(stored)
             for e in decision.events:
                 self._events.append((len(self._events) + 1, group, e))
             return decision
@@ -82,10 +89,41 @@ class MemoryGroupStore:
         with self._lock:
             return {tp: self._heads.get((group, tp)) for tp in partitions}
 
-    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
-        """Every committed range of the partition, oldest first."""
+    def history(
+        self, group: str, topic: str, partition: int, *, after_id: int = 0, limit: int | None = None
+    ) -> list[LedgerEntry]:
+        """The partition's entries made after entry `after_id`, oldest first (the first `limit` of them)."""
         with self._lock:
-            return list(self._ranges.get((group, TopicPartition(topic, partition)), []))
+            kept = self._ranges.get((group, TopicPartition(topic, partition)), [])
+            after = [e for e in kept if (e.entry_id or 0) > after_id]
+            return after if limit is None else after[:limit]
+
+    def trail_marks(
+        self, group: str, trail: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, TrailMark]:
+        """How far each partition's ledger is settled in `trail`."""
+        with self._lock:
+            return {
+                tp: self._marks.get((group, trail, tp), TrailMark.start(tp.topic, tp.partition)) for tp in partitions
+            }
+
+    def advance_trail_marks(self, group: str, trail: str, marks: Sequence[TrailMark], at: float) -> None:
+        """Keep the marks that moved forward."""
+        with self._lock:
+            for mark in marks:
+                key = (group, trail, mark.topic_partition)
+                old = self._marks.get(key)
+                if old is None or (mark.ledger_id, mark.event_cursor or 0) > (old.ledger_id, old.event_cursor or 0):
+                    self._marks[key] = mark
+
+    def recorded_ranges(
+        self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
+    ) -> set[tuple[int, int]]:
+        """Which of `wanted` the partition's ledger holds as committed ranges."""
+        with self._lock:
+            kept = self._ranges.get((group, TopicPartition(topic, partition)), [])
+            held = {(e.from_offset, e.until_offset) for e in kept if not e.is_reset}
+        return held & set(wanted)
 
     def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
         """The last committed range of each partition, None if none."""

@@ -223,6 +223,8 @@ class LedgerEntry:
     kind: str = COMMIT
     note: str | None = None
     content_hash: str | None = None
+    entry_id: int | None = field(default=None, compare=False)
+    """The entry's place in the store's ledger (increasing in the order entries were made); None until stored."""
 
     @property
     def topic_partition(self) -> TopicPartition:

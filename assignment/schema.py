@@ -44,12 +44,15 @@ __all__ = [
     "metadata",
     "ranges",
     "schema_version",
+    "trail_marks",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
 1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
-reset) and a note; 4: and the content hash of what a range wrote (`_migrate` upgrades in place)."""
+reset) and a note; 4: and the content hash of what a range wrote; 5: audit-trail marks (`cohort_trail_marks`,
+a new table `create_all` makes) and indexes that keep reading a partition's newest entries or one run's entries
+independent of the history's length. `_migrate` upgrades in place."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -108,7 +111,26 @@ ranges = sa.Table(
     sa.Column("note", sa.Text),
     sa.Column("content_hash", sa.String(64)),
     sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
+    sa.Index("ix_cohort_offset_ranges_order", "group_name", "topic", "partition", "id"),
+    sa.Index("ix_cohort_offset_ranges_run", "group_name", "run_id"),
 )
+trail_marks = sa.Table(
+    "cohort_trail_marks",
+    metadata,
+    sa.Column("group_name", sa.String(255), primary_key=True),
+    sa.Column("trail", sa.String(255), primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("ledger_id", sa.BigInteger, nullable=False),
+    sa.Column("event_cursor", sa.BigInteger),
+    sa.Column("head", sa.BigInteger),
+    sa.Column("ranges", sa.BigInteger, nullable=False),
+    sa.Column("gaps", sa.BigInteger, nullable=False),
+    sa.Column("resets", sa.BigInteger, nullable=False),
+    sa.Column("last_commit_at", sa.Float),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+"""How far each partition's ledger is known to be in one audit trail (`cohort.assignment.trail.TrailMark`)."""
 events = sa.Table(
     "cohort_group_events",
     metadata,
@@ -284,3 +306,7 @@ def _migrate(conn: Connection, found: int) -> None:
         present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
         if "content_hash" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN content_hash VARCHAR(64)"))
+    if found < 5:
+        # Version 5 reads a partition's entries after an id and a run's entries through their own indexes.
+        for index in ranges.indexes:
+            index.create(conn, checkfirst=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -47,7 +47,7 @@ from cohort.assignment.errors import (
     StoreUnavailableError,
 )
 from cohort.assignment.group_state import GroupEvent, GroupRecord
-from cohort.assignment.messages import Decision, LedgerEntry
+from cohort.assignment.messages import RESET, Decision, LedgerEntry
 from cohort.assignment.schema import (
     BUMP_GROUP,
     DELETE_MEMBER,
@@ -72,7 +72,9 @@ from cohort.assignment.schema import (
     heads,
     members,
     ranges,
+    trail_marks,
 )
+from cohort.assignment.trail import TrailMark
 from cohort.common.types import TopicPartition
 
 __all__ = [
@@ -106,7 +108,21 @@ class GroupStore(Protocol):
         self, group: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int | None]: ...  # pragma: no cover - protocol
 
-    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]: ...  # pragma: no cover
+    def history(
+        self, group: str, topic: str, partition: int, *, after_id: int = 0, limit: int | None = None
+    ) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
+
+    def trail_marks(
+        self, group: str, trail: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, TrailMark]: ...  # pragma: no cover - protocol
+
+    def advance_trail_marks(
+        self, group: str, trail: str, marks: Sequence[TrailMark], at: float
+    ) -> None: ...  # pragma: no cover - protocol
+
+    def recorded_ranges(
+        self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
+    ) -> set[tuple[int, int]]: ...  # pragma: no cover - protocol
 
     def ledger_partitions(self, group: str) -> list[TopicPartition]: ...  # pragma: no cover - protocol
 
@@ -262,7 +278,7 @@ class SqlGroupStore:
     ) -> int | None:
         new = decision.group
         if decision.deleted:
-            for table in (members, heads, ranges, events):
+            for table in (members, heads, ranges, events, trail_marks):
                 conn.execute(sa.delete(table).where(table.c.group_name == name))
             conn.execute(sa.delete(groups).where(groups.c.name == name))
             return None
@@ -395,15 +411,138 @@ class SqlGroupStore:
         with self._read() as conn:
             return sorted(TopicPartition(str(t), int(p)) for t, p in conn.execute(query))
 
-    def history(self, group: str, topic: str, partition: int) -> list[LedgerEntry]:
-        """Every entry of the partition's ledger (ranges and resets), in the order they were made."""
+    def history(
+        self, group: str, topic: str, partition: int, *, after_id: int = 0, limit: int | None = None
+    ) -> list[LedgerEntry]:
+        """The entries of the partition's ledger (ranges and resets) made after entry `after_id`, in the order
+        they were made: every one, or the first `limit` (page on with the last one's `entry_id`)."""
         query = (
             sa.select(ranges)
-            .where(ranges.c.group_name == group, ranges.c.topic == topic, ranges.c.partition == partition)
+            .where(
+                ranges.c.group_name == group,
+                ranges.c.topic == topic,
+                ranges.c.partition == partition,
+                ranges.c.id > after_id,
+            )
             .order_by(ranges.c.id)
+            .limit(limit)
         )
         with self._read() as conn:
             return [_ledger_entry(r) for r in conn.execute(query)]
+
+    def trail_marks(
+        self, group: str, trail: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, TrailMark]:
+        """How far each partition's ledger is settled in `trail` (`TrailMark.start` where never checked)."""
+        wanted = sorted(set(partitions))
+        result = {tp: TrailMark.start(tp.topic, tp.partition) for tp in wanted}
+        with self._read() as conn:
+            for start in range(0, len(wanted), _CHUNK):
+                chunk = wanted[start : start + _CHUNK]
+                query = sa.select(trail_marks).where(
+                    trail_marks.c.group_name == group,
+                    trail_marks.c.trail == trail,
+                    sa.tuple_(trail_marks.c.topic, trail_marks.c.partition).in_(
+                        [(tp.topic, tp.partition) for tp in chunk]
+                    ),
+                )
+                for r in conn.execute(query):
+                    result[TopicPartition(r.topic, r.partition)] = TrailMark(
+                        topic=r.topic,
+                        partition=r.partition,
+                        ledger_id=int(r.ledger_id),
+                        event_cursor=None if r.event_cursor is None else int(r.event_cursor),
+                        head=None if r.head is None else int(r.head),
+                        ranges=int(r.ranges),
+                        gaps=int(r.gaps),
+                        resets=int(r.resets),
+                        last_commit_at=r.last_commit_at,
+                    )
+        return result
+
+    def advance_trail_marks(self, group: str, trail: str, marks: Sequence[TrailMark], at: float) -> None:
+        """Store the marks that moved forward (a mark never moves back: two runs advancing at once keep the
+        furthest)."""
+        if not marks:
+            return
+        for attempt in range(3):
+            try:
+                with _as_store_error(
+                    self.engine, f"saving trail marks of group {group!r}", passing=sa.exc.IntegrityError
+                ):
+                    self._advance_marks_once(group, trail, marks, at)
+                return
+            except sa.exc.IntegrityError:  # another process inserted the same new mark first: read it and retry
+                if attempt == 2:
+                    raise
+
+    def _advance_marks_once(self, group: str, trail: str, marks: Sequence[TrailMark], at: float) -> None:
+        with self.engine.begin() as conn:
+            known: dict[tuple[str, int], tuple[int, int | None]] = {}
+            for start in range(0, len(marks), _CHUNK):
+                known.update(self._known_marks(conn, group, trail, marks[start : start + _CHUNK]))
+            for mark in marks:
+                row = {
+                    "ledger_id": mark.ledger_id,
+                    "event_cursor": mark.event_cursor,
+                    "head": mark.head,
+                    "ranges": mark.ranges,
+                    "gaps": mark.gaps,
+                    "resets": mark.resets,
+                    "last_commit_at": mark.last_commit_at,
+                    "updated_at": at,
+                }
+                old = known.get((mark.topic, mark.partition))
+                if old is None:
+                    conn.execute(
+                        sa.insert(trail_marks).values(
+                            group_name=group, trail=trail, topic=mark.topic, partition=mark.partition, **row
+                        )
+                    )
+                elif (mark.ledger_id, mark.event_cursor or 0) > (old[0], old[1] or 0):
+                    conn.execute(
+                        sa.update(trail_marks)
+                        .where(
+                            trail_marks.c.group_name == group,
+                            trail_marks.c.trail == trail,
+                            trail_marks.c.topic == mark.topic,
+                            trail_marks.c.partition == mark.partition,
+                            trail_marks.c.ledger_id <= mark.ledger_id,
+                        )
+                        .values(**row)
+                    )
+
+    @staticmethod
+    def _known_marks(
+        conn: Connection, group: str, trail: str, marks: Sequence[TrailMark]
+    ) -> dict[tuple[str, int], tuple[int, int | None]]:
+        query = sa.select(
+            trail_marks.c.topic, trail_marks.c.partition, trail_marks.c.ledger_id, trail_marks.c.event_cursor
+        ).where(
+            trail_marks.c.group_name == group,
+            trail_marks.c.trail == trail,
+            sa.tuple_(trail_marks.c.topic, trail_marks.c.partition).in_([(m.topic, m.partition) for m in marks]),
+        )
+        return {(r.topic, r.partition): (int(r.ledger_id), r.event_cursor) for r in conn.execute(query)}
+
+    def recorded_ranges(
+        self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
+    ) -> set[tuple[int, int]]:
+        """Which of the (from, until) ranges `wanted` the partition's ledger holds as committed ranges."""
+        found: set[tuple[int, int]] = set()
+        pairs = sorted(set(wanted))
+        with self._read() as conn:
+            for start in range(0, len(pairs), _CHUNK):
+                chunk = pairs[start : start + _CHUNK]
+                query = sa.select(ranges.c.from_offset, ranges.c.until_offset).where(
+                    ranges.c.group_name == group,
+                    ranges.c.topic == topic,
+                    ranges.c.partition == partition,
+                    ranges.c.kind != RESET,
+                    sa.tuple_(ranges.c.from_offset, ranges.c.until_offset).in_(chunk),
+                )
+                found.update((int(r.from_offset), int(r.until_offset)) for r in conn.execute(query))
+        return found
 
     def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
         """The last committed range of each partition (the one ending at its committed offset), None if none."""
@@ -465,6 +604,7 @@ def _ledger_entry(r: Any) -> LedgerEntry:
         kind=r.kind,
         note=r.note,
         content_hash=r.content_hash,
+        entry_id=int(r.id),
     )
 
 

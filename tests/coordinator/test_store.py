@@ -228,14 +228,17 @@ def test_racing_creations_of_one_group_all_succeed(url: str, clock: ManualClock)
         store.close()
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commits(url: str, version: int) -> None:
-    """Version 2 had no entry kind or note, version 3 no content hash: opening upgrades the table in place and
-    existing ranges read as commits."""
+    """Version 2 had no entry kind or note, version 3 no content hash, version 4 no trail marks nor the ledger's
+    order and run indexes: opening upgrades the tables in place and existing ranges read as commits."""
     engine = create_store_engine(url)
     SqlGroupStore(engine)  # today's schema, then taken back to the older one
-    dropped = ["kind", "note", "content_hash"] if version == 2 else ["content_hash"]
+    dropped = {2: ["kind", "note", "content_hash"], 3: ["content_hash"], 4: []}[version]
     with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE cohort_trail_marks"))
+        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_order"))
+        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_run"))
         for column in dropped:
             conn.execute(sa.text(f"ALTER TABLE cohort_offset_ranges DROP COLUMN {column}"))
         conn.execute(sa.text("UPDATE cohort_schema_version SET version = :v"), {"v": version})
@@ -250,5 +253,8 @@ def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commi
     [entry] = store.history("g", "t", 0)
     assert (entry.kind, entry.note, entry.content_hash, entry.until_offset) == ("commit", None, None, 10)
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 4
+        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 5
+    indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes("cohort_offset_ranges")}
+    assert {"ix_cohort_offset_ranges_order", "ix_cohort_offset_ranges_run"} <= indexes
+    assert store.trail_marks("g", "dagster", [tp("t", 0)])[tp("t", 0)].ledger_id == 0
     store.close()
