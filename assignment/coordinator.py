@@ -60,6 +60,7 @@ from cohort.assignment.protocol import (
     decide_sync,
 )
 from cohort.assignment.rebalance import Context, advance, default_assignor_resolver
+from cohort.assignment.retention import Fold
 from cohort.assignment.store import GroupStore, HeadReader, SqlGroupStore
 from cohort.assignment.trail import TrailMark
 from cohort.assignment.types import Assignor
@@ -328,6 +329,11 @@ class Coordinator:
         validate_topic_name(topic)
         return self.store.history(group, topic, partition, after_id=after_id, limit=limit)
 
+    def latest_ledger_entries(self, group: str, kind: str, *, limit: int = 20) -> list[LedgerEntry]:
+        """The group's newest `limit` ledger entries of `kind` ("reset", "fold"), oldest first, read through an
+        index whatever the ledger's length."""
+        return self.store.latest_of_kind(validate_group_name(group), kind, limit)
+
     def trail_marks(
         self, group: str, trail: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, TrailMark]:
@@ -337,6 +343,19 @@ class Coordinator:
     def advance_trail_marks(self, group: str, trail: str, marks: Sequence[TrailMark]) -> None:
         """Store marks that moved forward (never back), stamped with the coordinator's clock."""
         self.store.advance_trail_marks(validate_group_name(group), trail, marks, self.clock.now())
+
+    def settled_through(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Through which ledger entry each partition is settled in every audit trail (None: no trail follows)."""
+        return self.store.settled_through(validate_group_name(group), partitions)
+
+    def apply_retention(
+        self, group: str, folds: Sequence[Fold], *, events_before: float | None = None, keep_events: int = 0
+    ) -> int:
+        """Apply folds (`cohort.assignment.retention.plan_folds`) and drop old group events, in one transaction;
+        the number of events dropped."""
+        return self.store.apply_retention(
+            validate_group_name(group), folds, events_before=events_before, keep_events=keep_events
+        )
 
     def recorded_ranges(
         self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]

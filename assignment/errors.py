@@ -21,6 +21,7 @@ from cohort.common.types import TopicPartition
 __all__ = [
     "CoordinatorError",
     "FencedInstanceIdError",
+    "FoldConflictError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "IllegalGenerationError",
@@ -210,6 +211,10 @@ class StoreTransactionError(StoreError):
 
     code = "COORDINATOR_NOT_AVAILABLE"
     retriable = True
+
+
+class FoldConflictError(StoreTransactionError):
+    """A retention step found the ledger changed since its plan (another retention run): nothing was applied."""
 
 
 class StoreNotFoundError(StoreError):

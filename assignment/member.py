@@ -249,9 +249,12 @@ class GroupMember:
         """The last committed range per partition, with the run that committed it (None where nothing was)."""
         return self.coordinator.last_committed(self.group, partitions)
 
-    def reset_offsets(self, positions: Mapping[TopicPartition, int], *, reason: str) -> tuple[LedgerEntry, ...]:
+    def reset_offsets(
+        self, positions: Mapping[TopicPartition, int], *, reason: str, actor: str | None = None
+    ) -> tuple[LedgerEntry, ...]:
         """Move the committed offsets of partitions this member owns (a replay), as reset entries of the
-        ledger recording this member's run; fenced as its commits are (PARTITION_NOT_OWNED...)."""
+        ledger recording this member's run and `actor` (default: its client id); fenced as its commits are
+        (PARTITION_NOT_OWNED...)."""
         self._raise_background_error()
         member_id, generation = self._member_id, self._generation
         if member_id is None:
@@ -259,7 +262,7 @@ class GroupMember:
         return self.coordinator.reset_offsets(
             self.group,
             positions,
-            actor=self.client_id or member_id,
+            actor=actor or self.client_id or member_id,
             reason=reason,
             member_id=member_id,
             generation=generation,

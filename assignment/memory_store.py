@@ -17,8 +17,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from cohort.assignment.errors import FoldConflictError
 from cohort.assignment.group_state import GroupEvent, GroupRecord
 from cohort.assignment.messages import Decision, LedgerEntry
+from cohort.assignment.retention import Fold
 from cohort.assignment.store import HeadReader
 from cohort.assignment.trail import TrailMark
 from cohort.common.types import TopicPartition
@@ -98,6 +100,12 @@ class MemoryGroupStore:
             after = [e for e in kept if (e.entry_id or 0) > after_id]
             return after if limit is None else after[:limit]
 
+    def latest_of_kind(self, group: str, kind: str, limit: int) -> list[LedgerEntry]:
+        """The group's newest `limit` entries of `kind`, oldest first."""
+        with self._lock:
+            found = [e for (g, _tp), kept in self._ranges.items() if g == group for e in kept if e.kind == kind]
+        return sorted(found, key=lambda e: e.entry_id or 0)[-limit:]
+
     def trail_marks(
         self, group: str, trail: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, TrailMark]:
@@ -141,6 +149,42 @@ class MemoryGroupStore:
         """The group's events with ids > `after`, oldest first."""
         with self._lock:
             return [(i, e) for i, g, e in self._events if g == group and i > after]
+
+    def settled_through(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The lowest mark of the group's trails per partition (None when no trail follows the group)."""
+        with self._lock:
+            trails = {t for g, t, _tp in self._marks if g == group}
+            if not trails:
+                return dict.fromkeys(partitions)
+            return {
+                tp: min(self._marks[(group, t, tp)].ledger_id if (group, t, tp) in self._marks else 0 for t in trails)
+                for tp in partitions
+            }
+
+    def apply_retention(
+        self, group: str, folds: Sequence[Fold], *, events_before: float | None, keep_events: int
+    ) -> int:
+        """Fold ranges and drop old events, all or nothing."""
+        with self._lock:
+            updated = {k: list(v) for k, v in self._ranges.items() if k[0] == group}
+            for fold in folds:
+                key = (group, fold.entry.topic_partition)
+                kept = updated.get(key, [])
+                ids = {e.entry_id for e in kept}
+                if fold.entry_id not in ids or not set(fold.removed_ids) <= ids:
+                    raise FoldConflictError(f"the ledger of {fold.entry.topic_partition} changed while it was folded")
+                gone = set(fold.removed_ids)
+                updated[key] = [
+                    fold.entry if e.entry_id == fold.entry_id else e for e in kept if e.entry_id not in gone
+                ]
+            self._ranges.update(updated)
+            if events_before is None:
+                return 0
+            mine = [e for e in self._events if e[1] == group]
+            keep = {e[0] for e in mine[-keep_events:]} if keep_events else set()
+            drop = {e[0] for e in mine if e[2].at < events_before and e[0] not in keep}
+            self._events = [e for e in self._events if e[0] not in drop]
+            return len(drop)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -19,6 +19,7 @@ from cohort.common.types import OffsetRange, TopicPartition
 __all__ = [
     "COMMIT",
     "DEFAULT_ASSIGNORS",
+    "FOLD",
     "RESET",
     "CommitRequest",
     "Decision",
@@ -183,6 +184,9 @@ COMMIT = "commit"
 """`LedgerEntry.kind` of a consumed range a batch (or a standalone client) committed."""
 RESET = "reset"
 """`LedgerEntry.kind` of an offset reset: the position moved from `from_offset` to `until_offset` by hand."""
+FOLD = "fold"
+"""`LedgerEntry.kind` of old contiguous committed ranges folded into one by retention (cohort.assignment.retention):
+counts added, digests combined, its note says how many ranges and when."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,11 @@ class LedgerEntry:
     def is_reset(self) -> bool:
         """An offset reset, not a consumed range: nothing was read, written or materialized."""
         return self.kind == RESET
+
+    @property
+    def is_fold(self) -> bool:
+        """Old committed ranges folded into one by retention: consumed offsets, written by several batches."""
+        return self.kind == FOLD
 
 
 R = TypeVar("R")

@@ -51,8 +51,8 @@ SCHEMA_VERSION = 5
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
 1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
 reset) and a note; 4: and the content hash of what a range wrote; 5: audit-trail marks (`cohort_trail_marks`,
-a new table `create_all` makes) and indexes that keep reading a partition's newest entries or one run's entries
-independent of the history's length. `_migrate` upgrades in place."""
+a new table `create_all` makes) and indexes that keep reading a partition's newest entries, one run's entries or
+the latest resets independent of the history's length. `_migrate` upgrades in place."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -113,6 +113,7 @@ ranges = sa.Table(
     sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
     sa.Index("ix_cohort_offset_ranges_order", "group_name", "topic", "partition", "id"),
     sa.Index("ix_cohort_offset_ranges_run", "group_name", "run_id"),
+    sa.Index("ix_cohort_offset_ranges_kind", "group_name", "kind", "id"),
 )
 trail_marks = sa.Table(
     "cohort_trail_marks",

@@ -39,6 +39,7 @@ from cohort.assignment.codec import (
     event_row,
 )
 from cohort.assignment.errors import (
+    FoldConflictError,
     InvalidStoreUrlError,
     StaleGroupVersionError,
     StoreError,
@@ -48,6 +49,7 @@ from cohort.assignment.errors import (
 )
 from cohort.assignment.group_state import GroupEvent, GroupRecord
 from cohort.assignment.messages import RESET, Decision, LedgerEntry
+from cohort.assignment.retention import Fold
 from cohort.assignment.schema import (
     BUMP_GROUP,
     DELETE_MEMBER,
@@ -112,6 +114,8 @@ class GroupStore(Protocol):
         self, group: str, topic: str, partition: int, *, after_id: int = 0, limit: int | None = None
     ) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
 
+    def latest_of_kind(self, group: str, kind: str, limit: int) -> list[LedgerEntry]: ...  # pragma: no cover
+
     def trail_marks(
         self, group: str, trail: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, TrailMark]: ...  # pragma: no cover - protocol
@@ -123,6 +127,14 @@ class GroupStore(Protocol):
     def recorded_ranges(
         self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
     ) -> set[tuple[int, int]]: ...  # pragma: no cover - protocol
+
+    def apply_retention(
+        self, group: str, folds: Sequence[Fold], *, events_before: float | None, keep_events: int
+    ) -> int: ...  # pragma: no cover - protocol
+
+    def settled_through(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int | None]: ...  # pragma: no cover - protocol
 
     def ledger_partitions(self, group: str) -> list[TopicPartition]: ...  # pragma: no cover - protocol
 
@@ -430,6 +442,17 @@ class SqlGroupStore:
         with self._read() as conn:
             return [_ledger_entry(r) for r in conn.execute(query)]
 
+    def latest_of_kind(self, group: str, kind: str, limit: int) -> list[LedgerEntry]:
+        """The group's newest `limit` ledger entries of `kind` (resets, folds), oldest first."""
+        query = (
+            sa.select(ranges)
+            .where(ranges.c.group_name == group, ranges.c.kind == kind)
+            .order_by(ranges.c.id.desc())
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [_ledger_entry(r) for r in reversed(conn.execute(query).all())]
+
     def trail_marks(
         self, group: str, trail: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, TrailMark]:
@@ -524,6 +547,75 @@ class SqlGroupStore:
             sa.tuple_(trail_marks.c.topic, trail_marks.c.partition).in_([(m.topic, m.partition) for m in marks]),
         )
         return {(r.topic, r.partition): (int(r.ledger_id), r.event_cursor) for r in conn.execute(query)}
+
+    def apply_retention(
+        self, group: str, folds: Sequence[Fold], *, events_before: float | None, keep_events: int
+    ) -> int:
+        """Fold ledger ranges (`cohort.assignment.retention.plan_folds`) and drop the group's events older than
+        `events_before` but the newest `keep_events`, in one transaction under the group's lock; the number of
+        events dropped. A ledger that changed since the plan was made (another fold) refuses the whole step."""
+        with (
+            _as_store_error(self.engine, f"the retention of group {group!r}", passing=FoldConflictError),
+            self.engine.begin() as conn,
+        ):
+            if self._pg:
+                conn.execute(SELECT_GROUP_FOR_UPDATE, {"g_name": group}).first()
+            for fold in folds:
+                e = fold.entry
+                kept = conn.execute(
+                    sa.update(ranges)
+                    .where(ranges.c.id == fold.entry_id, ranges.c.until_offset == e.until_offset)
+                    .values(
+                        from_offset=e.from_offset,
+                        records=e.records,
+                        quarantined=e.quarantined,
+                        kind=e.kind,
+                        note=e.note,
+                        content_hash=e.content_hash,
+                    )
+                ).rowcount
+                removed = 0
+                for start in range(0, len(fold.removed_ids), _CHUNK):
+                    chunk = fold.removed_ids[start : start + _CHUNK]
+                    removed += conn.execute(
+                        sa.delete(ranges).where(ranges.c.group_name == group, ranges.c.id.in_(chunk))
+                    ).rowcount
+                if kept != 1 or removed != len(fold.removed_ids):
+                    raise FoldConflictError(
+                        f"the ledger of {e.topic}-{e.partition} in group {group!r} changed while it was folded "
+                        "(another retention run?): nothing was changed, run it again"
+                    )
+            if events_before is None:
+                return 0
+            newest = (
+                sa.select(events.c.id)
+                .where(events.c.group_name == group)
+                .order_by(events.c.id.desc())
+                .limit(1)
+                .offset(max(0, keep_events - 1))
+            )
+            floor = conn.execute(newest).scalar()
+            if floor is None:
+                return 0
+            dropped = conn.execute(
+                sa.delete(events).where(events.c.group_name == group, events.c.at < events_before, events.c.id < floor)
+            ).rowcount
+            return int(dropped or 0)
+
+    def settled_through(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Through which ledger entry each partition is settled in every audit trail following the group: the
+        lowest mark of its trails, 0 where a trail follows the group but has not marked the partition, None for
+        every partition when no trail follows the group."""
+        query = sa.select(
+            trail_marks.c.trail, trail_marks.c.topic, trail_marks.c.partition, trail_marks.c.ledger_id
+        ).where(trail_marks.c.group_name == group)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return dict.fromkeys(partitions)
+        trails = {r.trail for r in rows}
+        marks = {(r.trail, r.topic, r.partition): int(r.ledger_id) for r in rows}
+        return {tp: min(marks.get((t, tp.topic, tp.partition), 0) for t in trails) for tp in partitions}
 
     def recorded_ranges(
         self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]

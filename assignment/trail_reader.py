@@ -55,11 +55,7 @@ def read_trail(
         events = source.events_after(tp, mark.event_cursor)
         ranges = {(e.from_offset, e.until_offset) for e in pending}
         unmatched = {e.shows for e in events if e.shows is not None and e.shows not in ranges}
-        earlier = (
-            coordinator.recorded_ranges(group, tp.topic, tp.partition, unmatched)  # type: ignore[arg-type]
-            if unmatched
-            else set()
-        )
+        earlier = coordinator.recorded_ranges(group, tp.topic, tp.partition, unmatched) if unmatched else set()
         readings[tp] = decide_trail(
             mark,
             pending,

@@ -317,6 +317,41 @@ def audit(
 @main.command()
 @click.argument("group", callback=_group_name)
 @_STORE
+@click.option(
+    "--before",
+    default="P30D",
+    show_default=True,
+    help="Fold ranges committed before this ISO 8601 time (no zone: UTC) or this long ago (P30D, PT12H).",
+)
+@click.option(
+    "--keep-events",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Group events kept whatever their age (the newest ones).",
+)
+@click.option("--execute", is_flag=True, help="Apply the plan (without it: a dry run that prints the plan).")
+@_JSON
+def compact(group: str, store_url: str | None, before: str, keep_events: int, execute: bool, as_json: bool) -> None:
+    """Fold GROUP's old ledger ranges into one summary range per partition and drop its old events.
+
+    Each run of contiguous committed ranges older than --before, already shown in every audit trail (Dagster's
+    materializations, Airflow's asset events), becomes one range of kind "fold" with their counts added and
+    their digests combined; resets, skipped gaps and each partition's newest range stay as they are. The audit,
+    `describe` and replays from after the folded offsets keep working (docs/operations.md). Dry run unless
+    --execute.
+    """
+    from cohort.cli.compact import compact_group, now, parse_cutoff
+
+    cutoff = parse_cutoff(before, now())
+    with _coordinator(store_url) as coordinator:
+        _require_group(coordinator, group)
+        compact_group(coordinator, group, cutoff, keep_events=keep_events, execute=execute, as_json=as_json)
+
+
+@main.command()
+@click.argument("group", callback=_group_name)
+@_STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
     from cohort.assignment.errors import CoordinatorError, GroupIdNotFoundError

@@ -110,8 +110,13 @@ def reset_rows(coordinator: Coordinator, group: str, rows: Sequence[DescribeRow]
     """The `last` offset resets of the partitions `rows` describe, oldest first."""
     from datetime import UTC, datetime
 
+    from cohort.assignment.messages import RESET
+
+    described = {(row.topic, row.partition) for row in rows}
     found = [
-        entry for row in rows for entry in coordinator.ledger_history(group, row.topic, row.partition) if entry.is_reset
+        e
+        for e in coordinator.latest_ledger_entries(group, RESET, limit=10 * last)
+        if (e.topic, e.partition) in described
     ]
     found.sort(key=lambda e: (e.committed_at, e.topic, e.partition))
     return [
