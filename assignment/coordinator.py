@@ -407,6 +407,10 @@ class Coordinator:
         validate_group_name(group)
         return self.store.events(group, after)
 
+    def last_group_event_id(self, group: str) -> int:
+        """The id of the group's newest event (0 when it has none): a cursor's start that reads no history."""
+        return self.store.last_event_id(validate_group_name(group))
+
     def _current(self, group: str) -> GroupRecord | None:
         record = self.store.load(group)
         if record is None:

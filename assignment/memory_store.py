@@ -40,6 +40,7 @@ class MemoryGroupStore:
         self._ranges: dict[tuple[str, TopicPartition], list[LedgerEntry]] = {}
         self._events: list[tuple[int, str, GroupEvent]] = []
         self._entry_ids = 0
+        self._event_ids = 0
         self._marks: dict[tuple[str, str, TopicPartition], TrailMark] = {}
 
     def transact(self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]) -> Decision[R]:
@@ -69,7 +70,8 @@ class MemoryGroupStore:
                 stored = replace(entry, entry_id=self._entry_ids)
                 self._ranges.setdefault((group, entry.topic_partition), []).append(stored)
             for e in decision.events:
-                self._events.append((len(self._events) + 1, group, e))
+                self._event_ids += 1
+                self._events.append((self._event_ids, group, e))
             return decision
 
     def load(self, group: str) -> GroupRecord | None:
@@ -144,6 +146,11 @@ class MemoryGroupStore:
         with self._lock:
             entries = [e for (g, _tp), kept in self._ranges.items() if g == group for e in kept if e.run_id == run_id]
         return sorted(entries, key=lambda e: e.committed_at)
+
+    def last_event_id(self, group: str) -> int:
+        """The id of the group's newest event (0: none)."""
+        with self._lock:
+            return max((i for i, g, _e in self._events if g == group), default=0)
 
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
         """The group's events with ids > `after`, oldest first."""

@@ -146,6 +146,8 @@ class GroupStore(Protocol):
 
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
 
+    def last_event_id(self, group: str) -> int: ...  # pragma: no cover - protocol
+
     def close(self) -> None: ...  # pragma: no cover - protocol
 
 
@@ -669,6 +671,12 @@ class SqlGroupStore:
         query = sa.select(ranges).where(ranges.c.group_name == group, ranges.c.run_id == run_id).order_by(ranges.c.id)
         with self._read() as conn:
             return [_ledger_entry(r) for r in conn.execute(query)]
+
+    def last_event_id(self, group: str) -> int:
+        """The id of the group's newest event (0 when it has none): where a cursor over its events starts."""
+        query = sa.select(sa.func.max(events.c.id)).where(events.c.group_name == group)
+        with self._read() as conn:
+            return int(conn.execute(query).scalar() or 0)
 
     def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]:
         """The group's events with their ids, oldest first, those with id > `after`."""

@@ -114,8 +114,7 @@ class GroupWatch:
         live = {mid: (self.group.slot_of(m.instance_id), m.client_id) for mid, m in members.items()}
         counts = self.subscribed_counts()
         if self.state is None:
-            events = self.coordinator.group_events(name)
-            last = max((event_id for event_id, _ in events), default=0)
+            last = self.coordinator.last_group_event_id(name)
             self.state = WatchState(last, live, dict(counts))
             return []
         events = self.coordinator.group_events(name, after=self.state.last_event)
