@@ -639,31 +639,26 @@ class SqlGroupStore:
         return found
 
     def last_ranges(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, LedgerEntry | None]:
-        """The last committed range of each partition (the one ending at its committed offset), None if none."""
+        """The last committed range of each partition (the newest entry ending at its committed offset), None if
+        none: the newest entry read through the ledger's order index, whatever the history's length."""
         wanted = sorted(set(partitions))
         result: dict[TopicPartition, LedgerEntry | None] = dict.fromkeys(wanted)
         with self._read() as conn:
-            for start in range(0, len(wanted), _CHUNK):
-                chunk = wanted[start : start + _CHUNK]
-                query = (
-                    sa.select(ranges)
-                    .join(
-                        heads,
-                        sa.and_(
-                            heads.c.group_name == ranges.c.group_name,
-                            heads.c.topic == ranges.c.topic,
-                            heads.c.partition == ranges.c.partition,
-                            heads.c.next_offset == ranges.c.until_offset,
-                        ),
-                    )
-                    .where(
-                        heads.c.group_name == group,
-                        sa.tuple_(heads.c.topic, heads.c.partition).in_([(tp.topic, tp.partition) for tp in chunk]),
-                    )
-                    .order_by(ranges.c.id)
-                )
-                for row in conn.execute(query):  # in commit order: the latest range ending at the head wins
-                    result[TopicPartition(row.topic, row.partition)] = _ledger_entry(row)
+            found = self._heads(conn, group, wanted)
+            for tp in wanted:
+                head = found[tp]
+                if head is None:
+                    continue
+                key = (ranges.c.group_name == group, ranges.c.topic == tp.topic, ranges.c.partition == tp.partition)
+                newest = conn.execute(sa.select(ranges).where(*key).order_by(ranges.c.id.desc()).limit(1)).first()
+                if newest is not None and int(newest.until_offset) != head:  # not seen in practice: look further
+                    newest = conn.execute(
+                        sa.select(ranges)
+                        .where(*key, ranges.c.until_offset == head)
+                        .order_by(ranges.c.id.desc())
+                        .limit(1)
+                    ).first()
+                result[tp] = None if newest is None else _ledger_entry(newest)
         return result
 
     def run_history(self, group: str, run_id: str) -> list[LedgerEntry]:

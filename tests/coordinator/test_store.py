@@ -239,6 +239,7 @@ def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commi
         conn.execute(sa.text("DROP TABLE cohort_trail_marks"))
         conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_order"))
         conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_run"))
+        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_kind"))
         for column in dropped:
             conn.execute(sa.text(f"ALTER TABLE cohort_offset_ranges DROP COLUMN {column}"))
         conn.execute(sa.text("UPDATE cohort_schema_version SET version = :v"), {"v": version})
@@ -255,6 +256,6 @@ def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commi
     with store.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 5
     indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes("cohort_offset_ranges")}
-    assert {"ix_cohort_offset_ranges_order", "ix_cohort_offset_ranges_run"} <= indexes
+    assert {"ix_cohort_offset_ranges_order", "ix_cohort_offset_ranges_run", "ix_cohort_offset_ranges_kind"} <= indexes
     assert store.trail_marks("g", "dagster", [tp("t", 0)])[tp("t", 0)].ledger_id == 0
     store.close()
