@@ -75,6 +75,7 @@ class AvroEnum:
     name: str
     symbols: tuple[str, ...]
     default: str | None = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class AvroFixed:
     logical: str | None = None
     precision: int = 0
     scale: int = 0
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class AvroField:
 class AvroRecord:
     name: str
     fields: tuple[AvroField, ...]
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,18 +175,20 @@ class _Parser:
             space = str(schema.get("namespace") or namespace)
             full = name if "." in name or not space else f"{space}.{name}"
             inner = full.rsplit(".", 1)[0] if "." in full else ""
+            aliases = tuple(str(a) for a in schema.get("aliases") or ())
             if kind == "enum":
                 symbols = schema.get("symbols")
                 if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
                     raise AvroSchemaError(f"enum {full!r} needs a list of symbols")
-                node: AvroNode = AvroEnum(full, tuple(symbols), schema.get("default"))
+                node: AvroNode = AvroEnum(full, tuple(symbols), schema.get("default"), aliases)
             elif kind == "fixed":
                 precision, scale = _decimal(schema) if logical == "decimal" else (0, 0)
-                node = AvroFixed(full, int(schema.get("size", -1)), logical, precision, scale)
+                node = AvroFixed(full, int(schema.get("size", -1)), logical, precision, scale, aliases)
                 if node.size < 0:
                     raise AvroSchemaError(f"fixed {full!r} needs a size")
             else:
-                node = AvroRecord(full, tuple(self.field(f, inner, (*stack, full)) for f in schema.get("fields", ())))
+                fields = tuple(self.field(f, inner, (*stack, full)) for f in schema.get("fields", ()))
+                node = AvroRecord(full, fields, aliases)
             self.named[full] = node
             return node
         if kind == "array":

@@ -27,6 +27,9 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.framing",
     "cohort.pipelines.registry",
     "cohort.pipelines.avro_columns",
+    "cohort.pipelines.avro_cursor",
+    "cohort.pipelines.avro_defaults",
+    "cohort.pipelines.avro_match",
     "cohort.pipelines.avro_schema",
 )
 """What a reading task runs: the read (reader), decoding (the Schema Registry formats too: their clients load only
