@@ -88,6 +88,8 @@ class TrailReading:
     """Contiguity breaks and events the ledger does not account for."""
     head: int | None
     """The ledger's position after every pending entry (the committed offset Kafka should hold)."""
+    elsewhere: int = 0
+    """Pending ranges shown in another trail (committed by another Dagster instance's runs)."""
 
     @property
     def ranges(self) -> int:
@@ -163,13 +165,16 @@ def decide_trail(
     previous = mark.head
     advancing = True
     unshown: list[LedgerEntry] = []
+    shown_elsewhere = 0
     for entry in pending:
         start, until = entry.from_offset, entry.until_offset
         contiguous = previous is None or start == previous
         if not contiguous:
             kind = "gap" if start > previous else "overlap"  # type: ignore[operator]
             problems.append(f"{tp}: ledger {kind} between offset {previous} and range [{start}, {until})")
-        wanted = needs_event(entry) and not elsewhere(entry)
+        other = needs_event(entry) and elsewhere(entry)
+        shown_elsewhere += 1 if other else 0
+        wanted = needs_event(entry) and not other
         missing = wanted and (start, until) not in shown
         if missing:
             unshown.append(entry)
@@ -203,6 +208,7 @@ def decide_trail(
         unshown=tuple(unshown),
         problems=tuple(problems),
         head=previous,
+        elsewhere=shown_elsewhere,
     )
 
 

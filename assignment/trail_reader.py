@@ -18,7 +18,7 @@ from cohort.assignment.messages import LedgerEntry
 from cohort.assignment.trail import TrailEvent, TrailMark, TrailReading, decide_trail
 from cohort.common.types import TopicPartition
 
-__all__ = ["LEDGER_PAGE", "TrailSource", "read_trail", "settle_trail"]
+__all__ = ["LEDGER_PAGE", "TrailSource", "read_trail", "settle_trail", "unreported"]
 
 LEDGER_PAGE = 10_000
 """Ledger entries read per query: a full read pages through the history rather than loading it in one result."""
@@ -64,6 +64,14 @@ def read_trail(
             recorded_earlier=earlier,
         )
     return readings
+
+
+def unreported(
+    readings: Mapping[TopicPartition, TrailReading], reports: Callable[[LedgerEntry], bool]
+) -> list[LedgerEntry]:
+    """The ranges a run reports at its start: those no event shows that `reports` says are its to report (the
+    slots it runs committed them, or an earlier run it reruns), in partition and ledger order."""
+    return [e for tp in sorted(readings) for e in readings[tp].unshown if reports(e)]
 
 
 def settle_trail(
