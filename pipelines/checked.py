@@ -136,14 +136,17 @@ class RecordChecker:
         values, reasons = self.decoder.decode(raw.column("value"))
         keys: list[pa.Array] = []
         if self.key_decoder is not None and self.key_field is not None:
-            key_columns, key_reasons = self.key_decoder.decode(raw.column("key"))
+            raw_keys = raw.column("key")
+            key_columns, key_reasons = self.key_decoder.decode(raw_keys)
+            absent = raw_keys.is_null()  # a record produced without a key: a null `key`, nothing to decode
+            unkeyed = absent.to_pylist() if raw_keys.null_count else [False] * len(raw_keys)
             for i, problem in enumerate(key_reasons):
-                if problem is not None and reasons[i] is None:
+                if problem is not None and reasons[i] is None and not unkeyed[i]:
                     reasons[i] = f"key: {problem}"
             if pa.types.is_struct(self.key_field[1].type):
-                keys = [pa.StructArray.from_arrays(key_columns, fields=list(self.key_field[1].type))]
+                keys = [pa.StructArray.from_arrays(key_columns, fields=list(self.key_field[1].type), mask=absent)]
             else:
-                keys = [key_columns[0]]
+                keys = [pc.if_else(absent, pa.scalar(None, key_columns[0].type), key_columns[0])]
         if self.checks:
             decoded = pa.Table.from_arrays(values, schema=self.decoder.arrow_schema)
             for i, failed in enumerate(failure_reasons(self.checks, decoded)):

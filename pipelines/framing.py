@@ -3,12 +3,14 @@
 A framed value is a magic byte 0, the schema id (4 bytes, big-endian) and the payload; a Protobuf payload is
 preceded by the message indexes (a zig-zag varint count, then that many varints; a single 0 byte stands for
 `[0]`, the file's first message). `split_frames` reads the headers of every value of a batch with numpy and
-gives each one a reason when it cannot be framed (null, too short, another magic byte).
+gives each one a reason when it cannot be framed (null, too short, another magic byte). Malformed message
+indexes keep their schema id: the decoder looks the schema up first, since a record written for another
+schema type (an Avro record on a topic read as Protobuf) is better told as such.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,8 @@ HEADER = 5
 @dataclass(frozen=True)
 class Frames:
     """Per value: the schema id (-1 when the value cannot be framed) and its payload's [start, end) in
-    `data`; `reasons` holds why a value cannot be framed; `indexes` the Protobuf message indexes."""
+    `data`; `reasons` holds why a value cannot be framed; `indexes` the Protobuf message indexes, and
+    `malformed` why a value's indexes cannot be read (its schema id is kept)."""
 
     data: np.ndarray
     starts: np.ndarray
@@ -30,6 +33,7 @@ class Frames:
     schema_ids: np.ndarray
     reasons: dict[int, str]
     indexes: tuple[tuple[int, ...], ...] = ()
+    malformed: dict[int, str] = field(default_factory=dict)
 
 
 def binary_buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -71,6 +75,7 @@ def split_frames(values: pa.Array, *, what: str = "value", message_indexes: bool
     ids = np.where(failed, -1, ids)
     payload = np.where(failed, ends, starts + HEADER)
     indexes: tuple[tuple[int, ...], ...] = ()
+    malformed: dict[int, str] = {}
     if message_indexes:
         found: list[tuple[int, ...]] = []
         for row in range(n):
@@ -79,14 +84,13 @@ def split_frames(values: pa.Array, *, what: str = "value", message_indexes: bool
                 continue
             read = _message_indexes(data, int(payload[row]), int(ends[row]))
             if read is None:
-                reasons[row] = f"{what} has malformed Protobuf message indexes after its schema id"
-                ids[row] = -1
+                malformed[row] = f"{what} has malformed Protobuf message indexes after its schema id"
                 found.append(())
             else:
                 found.append(read[0])
                 payload[row] = read[1]
         indexes = tuple(found)
-    return Frames(data, payload, ends, ids, reasons, indexes)
+    return Frames(data, payload, ends, ids, reasons, indexes, malformed)
 
 
 def _varint(data: np.ndarray, pos: int, end: int) -> tuple[int, int] | None:

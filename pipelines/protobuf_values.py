@@ -7,7 +7,9 @@ into a descriptor pool of its own (well-known types such as google/protobuf/time
 protobuf runtime). `decode_messages` picks each record's message by its message indexes, parses it with the
 dynamic message class, and reads the reader columns *by field name*: a field the writer's message lacks is
 null, a field the reader does not declare is dropped, numbers widen as Arrow casts allow. Enums read as their
-symbol names, `google.protobuf.Timestamp` as a UTC timestamp, maps as string-keyed maps.
+symbol names, `google.protobuf.Timestamp` as a UTC timestamp, maps as string-keyed maps. `reader_message`
+picks the message of a file whose fields a derived reader schema takes; a record of another message, or
+one whose non-empty payload sets none of the reader columns, gets a reason instead of a row of nulls.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import pyarrow as pa
 
 from cohort.pipelines.registry import RegistrySchema, SchemaSource
 
-__all__ = ["MessagePool", "ProtobufUnreadable", "decode_messages", "message_columns", "message_pool"]
+__all__ = [
+    "MessagePool",
+    "ProtobufUnreadable",
+    "decode_messages",
+    "message_columns",
+    "message_pool",
+    "reader_message",
+]
 
 _TIMESTAMP = "google.protobuf.Timestamp"
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -50,6 +59,36 @@ class MessagePool:
                 raise ProtobufUnreadable(f"nested message index {index} is past {descriptor.full_name}'s messages")
             descriptor = descriptor.nested_types[index]
         return descriptor
+
+
+def reader_message(pool: MessagePool, subject: str) -> Any:
+    """The message whose fields a reader schema derived from `subject` takes (docs/formats.md): the message the
+    subject is named after (the record-name strategies: `<full name>`, `<topic>-<full name>`), else the file's
+    first top-level message that no other message of the file uses as a field's type (a file may define the
+    messages its record is made of before the record)."""
+    top = list(pool.file.message_types_by_name.values())
+    if not top:
+        raise ProtobufUnreadable(f"{pool.file.name} defines no message")
+    for descriptor in _all_messages(top):
+        if subject == descriptor.full_name or subject.endswith(f"-{descriptor.full_name}"):
+            return descriptor
+    used: set[str] = set()
+    for owner in top:
+        for descriptor in _all_messages([owner]):
+            for f in descriptor.fields:
+                if f.message_type is not None and f.message_type.full_name != owner.full_name:
+                    used.add(f.message_type.full_name)
+    roots = [m for m in top if m.full_name not in used]
+    return roots[0] if roots else top[0]
+
+
+def _all_messages(messages: list[Any]) -> list[Any]:
+    """`messages` and the messages nested in them, depth first."""
+    found: list[Any] = []
+    for descriptor in messages:
+        found.append(descriptor)
+        found.extend(_all_messages(list(descriptor.nested_types)))
+    return found
 
 
 def message_pool(schema: RegistrySchema, source: SchemaSource) -> MessagePool:
@@ -206,10 +245,23 @@ def _single(value: Any, field: Any) -> Any:
 
 
 def decode_messages(
-    pool: MessagePool, payloads: list[bytes], indexes: list[tuple[int, ...]], columns: Any, arrow: pa.StructType
+    pool: MessagePool,
+    payloads: list[bytes],
+    indexes: list[tuple[int, ...]],
+    columns: Any,
+    arrow: pa.StructType,
+    *,
+    expected: str | None = None,
+    origin: str = "",
+    what: str = "value",
 ) -> tuple[pa.Array, dict[int, str]]:
     """Parse each payload with its message class and read the reader columns by name: (struct of the
-    columns, reasons by position)."""
+    columns, reasons by position).
+
+    With `expected` (the full name of the message the reader columns were derived from, `origin` saying
+    where from), a record holding another message is refused: its fields are not the columns'. A non-empty
+    payload that sets none of the reader columns is refused too, rather than landing as a row of nulls.
+    """
     from google.protobuf import message_factory
     from google.protobuf.message import DecodeError
 
@@ -218,21 +270,33 @@ def decode_messages(
     reasons: dict[int, str] = {}
     names = [f.name for f in columns.fields]
     for i, (payload, index) in enumerate(zip(payloads, indexes, strict=True)):
+        rows.append(None)
         try:
-            if index not in classes:
-                classes[index] = message_factory.GetMessageClass(pool.message(index))
-            message = classes[index]()
-            message.ParseFromString(payload)
+            descriptor = pool.message(index)
         except ProtobufUnreadable as exc:
-            rows.append(None)
             reasons[i] = f"Protobuf message indexes {list(index)} do not name a message of the writer schema: {exc}"
             continue
+        if expected is not None and descriptor.full_name != expected:
+            reasons[i] = (
+                f"the record holds Protobuf message {descriptor.full_name} (message indexes {list(index)}), but the "
+                f"reader columns are the fields of {expected} ({origin}): give {what}_schema (a StructType) to "
+                "read other messages of the file by field name"
+            )
+            continue
+        try:
+            if index not in classes:
+                classes[index] = message_factory.GetMessageClass(descriptor)
+            message = classes[index]()
+            message.ParseFromString(payload)
         except DecodeError as exc:
-            rows.append(None)
-            reasons[i] = f"Protobuf payload does not parse as {pool.message(index).full_name}: {exc}"
+            reasons[i] = f"Protobuf payload does not parse as {descriptor.full_name}: {exc}"
             continue
         known = message.DESCRIPTOR.fields_by_name
-        rows.append({name: _value(message, known[name]) if name in known else None for name in names})
+        read: dict[str, Any] = {name: _value(message, known[name]) if name in known else None for name in names}
+        if payload and all(v is None for v in read.values()):
+            reasons[i] = _nothing_read(descriptor, names)
+            continue
+        rows[-1] = read
     try:
         return pa.array(rows, arrow), reasons
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -245,3 +309,17 @@ def decode_messages(
                 values.append(None)
                 reasons.setdefault(i, f"Protobuf message does not fit the reader columns: {exc}")
         return pa.array(values, arrow), reasons
+
+
+def _nothing_read(descriptor: Any, names: list[str]) -> str:
+    """Why a non-empty payload that set none of the reader columns is refused (it would be a row of nulls)."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    if not any(name in descriptor.fields_by_name for name in names):
+        return (
+            f"Protobuf message {descriptor.full_name} has none of the reader columns ({shown}): it would land as a "
+            "row of nulls"
+        )
+    return (
+        f"the Protobuf message {descriptor.full_name} sets none of the reader columns ({shown}), only fields the "
+        "reader does not read: it would land as a row of nulls"
+    )

@@ -93,11 +93,12 @@ def _latest_reader(
             from cohort.pipelines.json_schema_values import json_schema_columns
 
             return ReaderSchema(fmt, json_schema_columns(latest.text), None, origin)
-        from cohort.pipelines.protobuf_values import message_columns, message_pool
+        from cohort.pipelines.protobuf_values import message_columns, message_pool, reader_message
 
         serialized = source.by_id(latest.schema_id, serialized=True)
         assert serialized is not None
-        message = message_pool(serialized, source).message((0,))
-        return ReaderSchema(fmt, message_columns(message), None, f"{origin}, message {message.full_name}")
+        message = reader_message(message_pool(serialized, source), name)
+        columns = message_columns(message)
+        return ReaderSchema(fmt, columns, None, f"{origin}, message {message.full_name}", message=message.full_name)
     except ValueError as exc:
         raise ValueError(f"the {what} reader schema from {origin} cannot become columns: {exc}") from None

@@ -10,6 +10,7 @@ decoded gets a reason and goes to the quarantine; a registry that cannot be reac
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
@@ -29,7 +30,7 @@ from cohort.pipelines.registry import (
     SchemaSource,
 )
 
-__all__ = ["ReaderSchema", "RegistryDecoder"]
+__all__ = ["FORMAT_NAMES", "ReaderSchema", "RegistryDecoder", "other_schema_type"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class ReaderSchema:
     source: str = "explicit"
     avro_named: tuple[str, ...] = ()
     """The Avro schemas `avro` references (registry schema references), dependencies first."""
+    message: str | None = None
+    """Protobuf, derived from the registry: the full name of the message whose fields are the columns (records
+    holding another message of the file are refused rather than read by name into nothing)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class RegistryDecoder:
         if writer is None:
             problem = f"schema id {schema_id} is not in the Schema Registry at {self.registry.url}"
         elif writer.schema_type != REGISTRY_SCHEMA_TYPES[fmt]:
-            problem = f"schema id {schema_id} is a {writer.schema_type} schema, but this {self.what} format is {fmt}"
+            problem = other_schema_type(schema_id, writer.schema_type, fmt, self.what)
         if problem is not None or writer is None:
             return pa.nulls(rows.size, self.arrow_struct), dict.fromkeys(range(rows.size), str(problem))
         try:
@@ -146,6 +150,13 @@ class RegistryDecoder:
             raise _Unreadable(
                 f"writer schema id {writer.schema_id} cannot be read as the reader schema ({self.reader.source}): {exc}"
             ) from None
+        unrelated = _no_shared_field(writer.text, reader.avro or "")
+        if unrelated is not None:  # resolved, but every record would be the reader's defaults
+            raise _Unreadable(
+                f"writer schema id {writer.schema_id} ({unrelated}) has none of the reader's fields "
+                f"({', '.join(f.name for f in self.reader.columns)}; reader schema: {self.reader.source}): its "
+                "records would land as rows of nulls or defaults"
+            )
         values = batch.values
         if not isinstance(reader_node, AvroRecord):  # a single `value` column
             values = pa.StructArray.from_arrays([values], fields=list(self.arrow_struct))
@@ -164,10 +175,24 @@ class RegistryDecoder:
             raise _Unreadable(f"writer schema id {writer.schema_id} cannot be read: {exc}") from None
         payloads = [bytes(frames.data[frames.starts[r] : frames.ends[r]]) for r in rows.tolist()]
         indexes = [frames.indexes[r] for r in rows.tolist()]
-        return decode_messages(pool, payloads, indexes, self.reader.columns, self.arrow_struct)
+        reader = self.reader
+        decoded, reasons = decode_messages(
+            pool,
+            payloads,
+            indexes,
+            reader.columns,
+            self.arrow_struct,
+            expected=reader.message,
+            origin=reader.source,
+            what=self.what,
+        )
+        for local, row in enumerate(rows.tolist()):  # the indexes were not read: decode_messages found no message
+            if row in frames.malformed:
+                reasons[local] = frames.malformed[row]
+        return decoded, reasons
 
     def _json_schema(self, frames: Frames, rows: np.ndarray, writer: RegistrySchema) -> tuple[pa.Array, dict[int, str]]:
-        from cohort.pipelines.json_schema_values import validation_errors, validator_for
+        from cohort.pipelines.json_schema_values import objects_without_columns, validation_errors, validator_for
 
         try:
             validator = self._parsed(f"json:{writer.schema_id}", lambda: validator_for(writer.text))
@@ -180,6 +205,9 @@ class RegistryDecoder:
         for i, reason in enumerate(decoded_reasons):
             if reason is not None:
                 reasons.setdefault(i, reason)
+        empty = _all_null(columns)
+        candidates = [i for i in np.flatnonzero(empty).tolist() if i not in reasons]
+        reasons.update(objects_without_columns(payloads, candidates, [f.name for f in self.reader.columns]))
         struct = pa.StructArray.from_arrays(columns, fields=list(self.arrow_struct))
         return struct, reasons
 
@@ -194,6 +222,53 @@ class RegistryDecoder:
         if isinstance(found, Exception):
             raise found
         return found
+
+
+FORMAT_NAMES: dict[str, str] = {"avro": "Avro", "protobuf": "Protobuf", "json-schema": "JSON Schema"}
+_SCHEMA_TYPE_ARTICLES: dict[str, str] = {"AVRO": "an"}
+
+
+def other_schema_type(schema_id: int, schema_type: str, fmt: str, what: str = "value") -> str:
+    """The reason of a record framed with the id of another type's schema (written by another serializer).
+
+    Example:
+        >>> other_schema_type(7, "AVRO", "protobuf")
+        "schema id 7 is an AVRO schema, but the topic's values are read as Protobuf (value_format 'protobuf')"
+    """
+    article = _SCHEMA_TYPE_ARTICLES.get(schema_type, "a")
+    return (
+        f"schema id {schema_id} is {article} {schema_type} schema, but the topic's {what}s are read as "
+        f"{FORMAT_NAMES.get(fmt, fmt)} ({what}_format {fmt!r})"
+    )
+
+
+def _no_shared_field(writer_text: str, reader_text: str) -> str | None:
+    """When both Avro schemas are records and no writer field is a reader field (by name or the reader field's
+    aliases): the writer record's name and fields, for the reason. None otherwise (or when either is not
+    written out as a record, e.g. a reference to a named type)."""
+    try:
+        writer, reader = json.loads(writer_text), json.loads(reader_text)
+    except ValueError:
+        return None
+    if not all(isinstance(s, dict) and s.get("type") == "record" for s in (writer, reader)):
+        return None
+    reader_names = {f.get("name") for f in reader.get("fields", ())}
+    reader_names |= {a for f in reader.get("fields", ()) for a in f.get("aliases", ())}
+    written = [f.get("name") for f in writer.get("fields", ())]
+    if not written or reader_names & set(written):
+        return None
+    shown = ", ".join(str(n) for n in written[:5]) + (", ..." if len(written) > 5 else "")
+    return f"record {writer.get('name')}: {shown}"
+
+
+def _all_null(columns: list[pa.Array]) -> np.ndarray:
+    """Per row: whether every column is null."""
+    if not columns:
+        return np.zeros(0, bool)
+    empty = np.ones(len(columns[0]), bool)
+    for column in columns:
+        empty &= np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return empty
 
 
 class _Unreadable(Exception):

@@ -79,7 +79,7 @@ TOMBSTONE = "null value (a tombstone): nothing to decode"
 TOO_SHORT = "value is too short for the Schema Registry framing"
 WRONG_MAGIC = "value does not start with the Schema Registry magic byte 0 (found 0x{:02x})"
 UNKNOWN = f"schema id {UNKNOWN_ID} is not in the Schema Registry"
-OTHER_TYPE = "schema id {} is a {} schema, but this value format is {}"
+OTHER_TYPE = "schema id {} is {} schema, but the topic's values are read as {}"
 
 
 def _framing_cases(good: bytes, tag: str) -> list[RegistryCase]:
@@ -190,7 +190,7 @@ def _avro_cases(client: SchemaRegistryClient, topic: str) -> list[RegistryCase]:
         RegistryCase("avro-array-count-huge", frame(v1_id, prefix + b"\xfe\xff\xff\xff\x0f"), bad(BLOCK_TOO_LONG)),
         RegistryCase("avro-array-block-negative", frame(v1_id, prefix + b"\xff\xff\xff\xff\x0f"), bad(BLOCK_TOO_LONG)),
         RegistryCase("avro-empty-payload", frame(v2_id, b""), bad(AVRO_MISMATCH.format(v2_id))),
-        RegistryCase("avro-json-schema-id", frame(json_id, b"{}"), bad(OTHER_TYPE.format(json_id, "JSON", "avro"))),
+        RegistryCase("avro-json-schema-id", frame(json_id, b"{}"), bad(OTHER_TYPE.format(json_id, "a JSON", "Avro"))),
         RegistryCase("avro-unreadable-writer-1", wrong_1, bad("cannot be read as the reader schema")),
         RegistryCase("avro-unreadable-writer-2", wrong_2, bad("`$.customer`")),
         *_framing_cases(sample_v2, "avro"),
@@ -277,7 +277,13 @@ def _protobuf_cases(client: SchemaRegistryClient, topic: str) -> list[RegistryCa
             bad("message index 1 is past the file's 1 message(s)"),
         ),
         RegistryCase(
-            "pb-avro-schema-id", frame(avro_id, b"\x00\x02a"), bad(OTHER_TYPE.format(avro_id, "AVRO", "protobuf"))
+            "pb-avro-schema-id", frame(avro_id, b"\x00\x02a"), bad(OTHER_TYPE.format(avro_id, "an AVRO", "Protobuf"))
+        ),
+        # an Avro payload is no Protobuf message indexes: the schema's type is what the reason names
+        RegistryCase(
+            "pb-avro-schema-id-no-indexes",
+            frame(avro_id, b"\x02a"),
+            bad(OTHER_TYPE.format(avro_id, "an AVRO", "Protobuf")),
         ),
         *_framing_cases(sample, "pb"),
     ]
@@ -384,7 +390,7 @@ def _json_schema_cases(client: SchemaRegistryClient, topic: str) -> list[Registr
             bad("Expected `int` <= 9223372036854775807 - at `$.id`"),
         ),
         RegistryCase(
-            "js-avro-schema-id", frame(avro_id, b'"x"'), bad(OTHER_TYPE.format(avro_id, "AVRO", "json-schema"))
+            "js-avro-schema-id", frame(avro_id, b'"x"'), bad(OTHER_TYPE.format(avro_id, "an AVRO", "JSON Schema"))
         ),
         *_framing_cases(sample, "js"),
     ]
