@@ -13,7 +13,8 @@ Guarantees (docs/guarantees.md):
   themselves (cohort.pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
   rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
-  consumed == written + quarantined, else CountMismatchError and nothing is published or committed;
+  consumed == written + quarantined, else CountMismatchError and nothing is published or committed; a batch
+  past the spec's quarantine limit fails there too (QuarantineLimitError, cohort.pipelines.quarantine_limit);
 - the ranges are committed to the ledger in one call before anything is published: a member expired,
   fenced or left behind by a rebalance while its batch ran (a zombie) is refused there, its staged output
   is deleted and the typed error propagates; it never moves or deletes anything readers see;
@@ -55,10 +56,11 @@ from pyspark import StorageLevel
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
-from cohort.pipelines.executor_errors import executor_imports_named
+from cohort.pipelines.executor_errors import executor_errors_named
 from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
+from cohort.pipelines.quarantine_limit import refuse_over_limit
 from cohort.pipelines.reader import ReadStats, gather_read_stats
 from cohort.pipelines.readers import resolve_readers
 from cohort.pipelines.replay_check import OutputCheck, check_outputs, refuse_changed
@@ -320,14 +322,15 @@ def _stage(
     stages: dict[str, float],
 ) -> tuple[Stats, dict[TopicPartition, int], dict[TopicPartition, int]]:
     """Read, decode and validate the plan's spans once (persisted), write both outputs to staging, count
-    them from the staged footers and check the counts; returns (consumed stats, written, quarantined)."""
+    them from the staged footers, check the counts and the quarantine limit; returns (consumed stats, written,
+    quarantined)."""
     if not plan.spans:
         return {}, {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     if _tasks_can_write(spec, sink, quarantine, attempt):
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job, no record crosses into the JVM: only each span's stats
-        with _timed(stages, "read_and_write"), executor_imports_named(spark):
+        with _timed(stages, "read_and_write"), executor_errors_named(spark):
             read = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer).collect()
         stats = _stats(gather_read_stats(read))
     else:
@@ -342,6 +345,8 @@ def _stage(
             for p in plan.to_read
         }
         _verify(plan, stats, written, quarantined)
+    counts = {p.tp: (quarantined[p.tp], written[p.tp] + quarantined[p.tp]) for p in plan.to_read}
+    refuse_over_limit(spark, spec.quarantine_rule, counts, lambda tp: quarantine.staged_range_dir(attempt, *tp))
     return stats, written, quarantined
 
 
@@ -379,7 +384,7 @@ def _read_then_write(
     with _session_conf(spark, _UNCOMPRESSED_CACHE):  # read at persist() time
         checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with _timed(stages, "read"), executor_imports_named(spark):
+        with _timed(stages, "read"), executor_errors_named(spark):
             failed, read = materialize(checked)
         stats = _stats(read)
         with _timed(stages, "write"):
@@ -419,8 +424,10 @@ def run_batch(
     Raises:
         SinkError: over Spark Connect, a sink root the client cannot handle (`connect_problem`), before any I/O.
         OffsetOutOfRangeError: committed offsets are gone and `spec.fail_on_data_loss` is set.
-        ReadError (inside a Spark error): a range could not be read.
+        ReadingTaskError: a reading task failed on an executor (a range could not be read: its ReadError);
+            RegistryError, ExecutorDependencyError: the same, by their cause (cohort.pipelines.executor_errors).
         CountMismatchError: consumed != written + quarantined for some range.
+        QuarantineLimitError: the batch quarantined more than `spec.quarantine_limit` allows.
         CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous); nothing
             was published and the staged output is deleted.
     """

@@ -2,15 +2,20 @@
 
 `RegistryConnection` is plain configuration (pickled into the reading tasks; the password is hidden from its
 `repr`). `SchemaSource` wraps confluent-kafka's `SchemaRegistryClient` (its retries, its per-id cache) for one
-task or one driver-side batch: a schema id the registry does not know is an answer (`None`: those records go
-to the quarantine), a registry that stays unreachable after the client's retries is not (RegistryUnavailable:
-the reading task fails, so the batch fails before anything is committed).
+task or one driver-side batch. Only the registry's own "not found" answers (HTTP 404 with error code 40401
+subject, 40402 version or 40403 schema not found) are an answer: `None`, and a record whose writer schema id
+the registry does not know goes to the quarantine. Anything else fails the batch before its commit, with one
+line naming the registry URL and what it answered: refused credentials (RegistryError), and a registry that
+could not serve the request (RegistryUnavailableError): unreachable or failing (5xx) after the client's
+retries, or answering not as a registry does (a 404 without a registry error code: a wrong path in the URL, a
+proxy's error page).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,10 +28,15 @@ __all__ = [
     "RegistryUnavailableError",
     "SchemaSource",
     "check_registry_url",
+    "is_not_found",
+    "refusal",
 ]
 
 _NOT_FOUND = (40401, 40402, 40403)
+"""The registry's "not found" error codes: subject, version (of a subject that exists), schema (by id)."""
 _INSTALL = "pip install 'cohort[registry]'"
+_SNIPPET = 120
+"""At most this many characters of an answer that is not the registry's (an HTML error page) in a message."""
 
 
 class RegistryError(RuntimeError):
@@ -34,7 +44,8 @@ class RegistryError(RuntimeError):
 
 
 class RegistryUnavailableError(RegistryError):
-    """The registry could not be reached (or kept failing) after the client's retries."""
+    """The registry could not serve a request: unreachable or failing after the client's retries, or answering
+    not as a Schema Registry does (a wrong path in its URL, a proxy's error page)."""
 
 
 def check_registry_url(url: str) -> None:
@@ -148,30 +159,66 @@ class SchemaSource:
         return tuple(found.values())
 
     def _call(self, request: Callable[[Any], Any], what: str) -> Any:
-        """`request(client)`; None for "not found", RegistryError for refused credentials, and
-        RegistryUnavailableError for a registry the client could not reach (or that kept failing)."""
+        """`request(client)`; None for the registry's own "not found", RegistryError for refused credentials,
+        RegistryUnavailableError for any other failure (see the module doc)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         client = self._registry()
         try:
             return request(client)
         except SchemaRegistryError as exc:
-            if exc.error_code in _NOT_FOUND or exc.http_status_code == 404:
+            if is_not_found(exc.http_status_code, exc.error_code):
                 return None
-            if exc.http_status_code in (401, 403):
-                raise RegistryError(
-                    f"the Schema Registry at {self.connection.url} refused the credentials (HTTP "
-                    f"{exc.http_status_code}) when reading {what}"
-                ) from None
-            raise RegistryUnavailableError(
-                f"the Schema Registry at {self.connection.url} failed reading {what}: {exc.error_message} (HTTP "
-                f"{exc.http_status_code}, after {self.connection.max_retries} retries)"
-            ) from None
+            raise refusal(self.connection, what, exc.http_status_code, exc.error_code, exc.error_message) from None
         except _transport_errors() as exc:
             raise RegistryUnavailableError(
                 f"the Schema Registry at {self.connection.url} is unreachable reading {what} after "
-                f"{self.connection.max_retries} retries: {type(exc).__name__}: {exc}"
+                f"{self.connection.max_retries} retries: {type(exc).__name__}: {one_line(str(exc))}"
             ) from None
+        except (json.JSONDecodeError, KeyError) as exc:  # a 2xx answer that is not the registry's JSON
+            raise RegistryUnavailableError(
+                f"the Schema Registry at {self.connection.url} answered reading {what} with something that is not "
+                f"a Schema Registry's answer ({type(exc).__name__}: {one_line(str(exc))}): check the registry URL"
+            ) from None
+
+
+def is_not_found(status: int | None, error_code: int | None) -> bool:
+    """Whether an error answer is the registry's own "not found" (HTTP 404 and 40401, 40402 or 40403): a
+    404 without one of those codes comes from a path the registry does not serve (a wrong URL, a proxy)."""
+    return status == 404 and error_code in _NOT_FOUND
+
+
+def one_line(text: str, limit: int = _SNIPPET) -> str:
+    """`text` on one line (whitespace runs made one space), cut to `limit` characters."""
+    flat = " ".join(str(text).replace("\\r", " ").replace("\\n", " ").split())  # a body's repr escapes them
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def refusal(
+    connection: RegistryConnection, what: str, status: int | None, error_code: int | None, message: str | None
+) -> RegistryError:
+    """The error for a registry answer that is neither a schema nor the registry's "not found", in one line
+    naming the registry URL, the HTTP status and what the registry (or whatever answered) said."""
+    where = f"the Schema Registry at {connection.url}"
+    text = str(message or "")
+    if error_code in (None, -1):  # not the registry's JSON error body: an HTML page, a proxy's answer
+        said = "an answer that is not the registry's: " + one_line(
+            text.removeprefix("Unknown Schema Registry Error: ").removeprefix("b'").removesuffix("'") or "(empty)"
+        )
+    else:
+        said = f"error code {error_code}: {one_line(text)}"
+    if status in (401, 403):
+        return RegistryError(f"{where} refused the credentials (HTTP {status}) when reading {what}")
+    if status == 404:
+        return RegistryUnavailableError(
+            f"{where} answered HTTP 404 reading {what} without the registry's 'not found' error code ({said}): "
+            "the URL's path is not the registry's; check the registry URL"
+        )
+    if status is not None and status >= 500:
+        return RegistryUnavailableError(
+            f"{where} failed reading {what}: HTTP {status} after {connection.max_retries} retries ({said})"
+        )
+    return RegistryUnavailableError(f"{where} refused reading {what}: HTTP {status} ({said})")
 
 
 def _new_client(connection: RegistryConnection) -> Any:

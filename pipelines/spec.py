@@ -39,10 +39,12 @@ from cohort.pipelines.decode import (
     value_columns_schema,
 )
 from cohort.pipelines.plan import PlanLimits, ResetPolicy
+from cohort.pipelines.quarantine_limit import DEFAULT_FRACTION, DEFAULT_MIN_RECORDS, QuarantineLimit
 from cohort.pipelines.readers import explicit_reader
 from cohort.pipelines.registry import RegistryConnection
 from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
 from cohort.pipelines.sink import default_quarantine_root
+from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention
 from cohort.pipelines.validate import RowCheck, compile_model
 
 __all__ = ["TABLE_FORMATS", "PipelineSpec", "RecordSide"]
@@ -88,6 +90,10 @@ class PipelineSpec:
         iceberg_table: the Iceberg table identifier `namespace.table` (default `cohort.<last part of
             sink_path>`, other characters than letters, digits and _ made _); the quarantine's is
             `<identifier>_quarantine`.
+        table_retention: how long a Delta or Iceberg sink keeps old versions (time travel) and how often the
+            store cleans up after its commits (a TableRetention; default an hour of versions, the newest 10 always,
+            a month of Delta log, every 50 commits); None keeps every version forever, and the commit latency of
+            an Iceberg table then grows with its snapshots (docs/tables.md, "Retention").
         value_format: 'json' (into `value_schema`), the Schema Registry formats 'avro', 'protobuf' and
             'json-schema', 'utf8' (a string `value`), or 'bytes' / 'raw' (the value as it is).
         value_schema: the reader schema: a Spark StructType (required for 'json'); for 'avro' also an Avro
@@ -117,6 +123,12 @@ class PipelineSpec:
         strict_replay: a replay whose output for the offsets it re-reads differs from what the sink holds
             fails before its commit (default: it goes through, and the ledger and the materialization say
             the output changed; docs/replay.md).
+        quarantine_limit: the largest fraction of a partition's records in one batch (and of the batch's
+            records) that may go to the quarantine; past it the batch fails before its commit, naming the
+            partitions and the commonest reasons (default 0.5: more than half is a configuration problem, not
+            bad records). None or 1.0 disables it, 0.0 refuses any quarantined record (docs/sink.md).
+        quarantine_limit_min_records: the limit applies once a partition (or the batch) quarantines at least
+            this many records (default 10), so a few bad records of a small batch never trip it.
     """
 
     sink_path: str
@@ -125,6 +137,7 @@ class PipelineSpec:
     iceberg_catalog: str | None = field(default=None, repr=False)
     iceberg_catalog_env: str | None = None
     iceberg_table: str | None = None
+    table_retention: TableRetention | None = DEFAULT_RETENTION
     value_format: ValueFormat = "json"
     value_schema: StructType | str | None = None
     value_subject: str | None = None
@@ -145,6 +158,8 @@ class PipelineSpec:
     compression: str = "snappy"
     naive_timestamps: str = "utc"
     strict_replay: bool = False
+    quarantine_limit: float | None = DEFAULT_FRACTION
+    quarantine_limit_min_records: int = DEFAULT_MIN_RECORDS
     value_reader: ReaderSchema | None = field(default=None, repr=False)
     """The resolved value reader schema (cohort.pipelines.readers.resolve_readers fills it in)."""
     key_reader: ReaderSchema | None = field(default=None, repr=False)
@@ -164,6 +179,9 @@ class PipelineSpec:
                 self.iceberg_catalog_url  # noqa: B018 (a remote sink needs a catalog URL)
             elif self.iceberg_catalog is not None:
                 raise ValueError("give iceberg_catalog or iceberg_catalog_env, not both")
+        if self.table_retention is not None and not isinstance(self.table_retention, TableRetention):
+            kind = type(self.table_retention).__name__
+            raise ValueError(f"table_retention must be a TableRetention or None, got {kind}")
         if self.registry is not None and not isinstance(self.registry, RegistryConnection):
             raise ValueError(f"registry must be a RegistryConnection, got {type(self.registry).__name__}")
         if self.resolved:
@@ -179,6 +197,7 @@ class PipelineSpec:
         if as_integer(self.consume_batch_size, "consume_batch_size") < 1:
             raise ValueError(f"consume_batch_size must be >= 1, got {self.consume_batch_size}")
         self.limits()  # validates the caps
+        self.quarantine_rule  # noqa: B018 (validates the quarantine limit)
 
     @property
     def key_decoded(self) -> bool:
@@ -256,6 +275,11 @@ class PipelineSpec:
         """What the reading tasks run on each raw batch: decoding, then the model's row checks."""
         key = self._decoder("key") if self.key_decoded else None
         return RecordChecker(self._decoder("value"), self.row_checks, key)
+
+    @property
+    def quarantine_rule(self) -> QuarantineLimit | None:
+        """The quarantine limit a batch is held to (None: no limit)."""
+        return QuarantineLimit.of(self.quarantine_limit, self.quarantine_limit_min_records)
 
     @property
     def quarantine_root(self) -> str:

@@ -105,7 +105,8 @@ def test_every_corpus_record_lands_where_expected_in_one_batch(
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     ledger = coordinator.standalone_ledger("corpus")
     lake = tmp_path / "lake"
-    spec = PipelineSpec(sink_path=str(lake), value_schema=CORPUS_SCHEMA, model=CorpusModel)
+    # most of the corpus is bad on purpose: no quarantine limit (docs/sink.md)
+    spec = PipelineSpec(sink_path=str(lake), value_schema=CORPUS_SCHEMA, model=CorpusModel, quarantine_limit=None)
 
     result = run_batch(spark, spec, kafka_config, tps, ledger)
 
