@@ -21,7 +21,7 @@ from typing import Any
 
 import dagster as dg
 
-from cohort.assets.translator import consumed_offsets
+from cohort.assets.trail import DagsterTrail, read_dagster_trail
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.messages import RESET
 from cohort.common.types import TopicPartition
@@ -122,24 +122,15 @@ class Materialized:
     foreign: tuple[str, ...] = ()
 
 
-def materialized_ranges(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: int, *, limit: int = 10_000
-) -> Materialized:
-    """What every materialization of one asset partition records."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[str(partition)]), limit=limit
-    ).records
+def materialized_ranges(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: int) -> Materialized:
+    """What every materialization of one asset partition records, read page by page (none left out)."""
     ranges: set[tuple[int, int]] = set()
     foreign: list[str] = []
-    for record in records:
-        materialization = record.asset_materialization
-        if materialization is None:
-            continue
-        offsets = consumed_offsets(materialization.metadata)
-        if offsets is not None:
-            ranges.add(offsets)
+    for event in DagsterTrail(instance, lambda _topic: asset_key).events_after(TopicPartition("-", partition), None):
+        if event.shows is not None:
+            ranges.add(event.shows)
         else:
-            foreign.append(record.run_id or f"event {record.storage_id}")
+            foreign.append(event.source)
     return Materialized(frozenset(ranges), tuple(foreign))
 
 
@@ -153,40 +144,51 @@ def gather_audits(
     asset_key: dg.AssetKey,
     kafka: Any,
     several_instances: bool = False,
+    host_slots: Sequence[int] | None = None,
+    full: bool = False,
 ) -> list[PartitionAudit]:
     """Audit partitions 0..partitions-1 of `topic` for `group` (kafka: a `KafkaResource`).
 
-    With `several_instances` (the group's slots run from several Dagster instances on one store), a range
-    committed by a run this instance does not know is another instance's to report, and is not looked for here.
+    Only the ledger entries and materializations since each partition's trail mark are read (the marks then
+    advance: cohort.assignment.trail), so the cost follows what changed, not the history; `full` reads
+    everything, page by page. With `several_instances` (the group's slots run from several Dagster instances on
+    one store, this one hosting `host_slots`), a range committed by a run this instance does not know is another
+    instance's to report, and is not looked for here.
     """
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     marks: Mapping[TopicPartition, tuple[int, int]] = kafka.watermarks(tps)
     in_kafka = kafka.committed_offsets(group, tps)
-    histories = {tp: coordinator.ledger_history(group, *tp) for tp in tps}
-    ours: set[str] = set()
-    if several_instances:
-        run_ids = sorted({e.run_id for entries in histories.values() for e in entries if e.run_id})
-        ours = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))}
+    slots = host_slots if several_instances else None
+    if several_instances and slots is None:
+        slots = ()
+    readings = read_dagster_trail(
+        instance, coordinator, group, lambda _topic: asset_key, tps, host_slots=slots, full=full
+    )
     audits = []
     for tp in tps:
-        entries = histories[tp]
-        ledger: list[LedgerRange] = [(e.from_offset, e.until_offset, e.gap_reason, e.kind) for e in entries]
-        elsewhere = [
-            (e.from_offset, e.until_offset) for e in entries if several_instances and e.run_id and e.run_id not in ours
-        ]
+        reading = readings[tp]
         low, high = marks[tp]
-        shown = materialized_ranges(instance, asset_key, tp.partition)
+        problems = list(reading.problems)
+        committed = reading.head
+        kafka_committed = in_kafka.get(tp)
+        if committed != kafka_committed:
+            problems.append(
+                f"{tp}: ledger committed offset {committed} but Kafka's committed offset is {kafka_committed}"
+            )
+        position = committed if committed is not None else low
         audits.append(
-            audit_partition(
-                tp,
-                ledger,
-                shown.ranges,
-                kafka_committed=in_kafka.get(tp),
+            PartitionAudit(
+                tp=tp,
+                ledger_ranges=reading.ranges,
+                gaps=reading.gaps,
+                resets=reading.resets,
+                committed=committed,
+                kafka_committed=kafka_committed,
                 end_offset=high,
-                low_offset=low,
-                foreign=shown.foreign,
-                last_commit_at=max((e.committed_at for e in entries), default=None),
-                elsewhere=elsewhere,
+                lag=max(0, high - position),
+                problems=tuple(problems),
+                last_commit_at=reading.last_commit_at,
+                elsewhere=reading.elsewhere,
             )
         )
     return audits

@@ -8,7 +8,9 @@ for (offsets it never committed, or no offsets at all: reported by hand or by fo
 run), and when Kafka's committed offset differs from the ledger's. Lag fails for a partition more than
 `lag_threshold` records behind its end offset whose last commit is older than `freshness_s`: a group that
 keeps up passes while its producer writes; a stalled one fails. The sink check makes `cohort audit`'s comparison
-of the sink's and the quarantine's range directories with the ledger (cohort.pipelines.sink_audit).
+of the sink's and the quarantine's trees with the ledger (cohort.pipelines.sink_audit: range directories, and
+whatever else readers read there), or of the tables' files and marks (cohort.pipelines.table_audit); a replay an
+offset reset left pending passes, and is said.
 """
 
 from collections.abc import Collection, Iterator
@@ -21,13 +23,21 @@ from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, Co
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
-from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records
-from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS, audit_table_partition
+from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records, stray_findings
+from cohort.pipelines.table_audit import (
+    TABLE_REPAIR_HINTS,
+    audit_table_partition,
+    unreferenced_outside,
+    unreferenced_table_files,
+)
 from cohort.pipelines.table_batch import open_tables
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 
-__all__ = ["check_results", "lagging"]
+__all__ = ["AUDIT_TAG", "check_results", "lagging"]
+
+AUDIT_TAG = "cohort/audit"
+"""Run tag: `full` makes the run's offsets checks read the whole ledger and trail, not only what changed."""
 
 _MAX_SHOWN = 20
 
@@ -50,8 +60,11 @@ def check_results(
     kafka: KafkaResource,
     selected: Collection[dg.AssetCheckKey],
     clock: Clock | None = None,
+    *,
+    full: bool = False,
 ) -> Iterator[dg.AssetCheckEvaluation]:
-    """The evaluations of the `selected` checks of the group's topic assets.
+    """The evaluations of the `selected` checks of the group's topic assets: the offsets checks read what changed
+    since each partition's trail mark, or everything with `full` (a run tagged `cohort/audit: full`).
 
     Logged as events by the batch op (not returned as results): the checks judge every partition at once,
     while the run itself targets no partition.
@@ -61,7 +74,7 @@ def check_results(
     for topic in config.asset_topics:
         landed = translator.get_landed_asset_key(config.group, topic)
         if any(c.asset_key == landed and c.name == CHECK_SINK for c in selected):
-            yield _sink_check(coordinator, config, topic, landed)
+            yield _sink_check(coordinator, config, topic, landed, now)
         key = translator.get_asset_key(config.group, topic)
         wanted = {c.name for c in selected if c.asset_key == key}
         if not wanted:
@@ -76,6 +89,8 @@ def check_results(
             asset_key=key,
             kafka=kafka,
             several_instances=config.host_slots is not None,
+            host_slots=config.host_slots,
+            full=full,
         )
         if CHECK_CONTIGUOUS in wanted:
             problems = [p for a in audits for p in a.problems]
@@ -120,38 +135,49 @@ def check_results(
 
 
 def _sink_check(
-    coordinator: Coordinator, config: CohortConfig, topic: str, key: dg.AssetKey
+    coordinator: Coordinator, config: CohortConfig, topic: str, key: dg.AssetKey, now: float
 ) -> dg.AssetCheckEvaluation:
-    """The sink and the quarantine of `topic` against the ledger, partition by partition: directory names only
-    (one listing per partition and output; `cohort audit` also counts their rows), as it runs after every batch."""
+    """The sink and the quarantine of `topic` against the ledger, partition by partition: names only (one
+    recursive listing per partition and output, one of the rest of each tree; `cohort audit` also counts the range
+    directories' rows), as it runs after every batch. `now` judges the age of a table's unreferenced files."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
     spec = config.pipeline
     fs = ArrowFs()
-    tps = [tp for tp in coordinator.ledger_partitions(config.group) if tp.topic == topic]
+    everything = coordinator.ledger_partitions(config.group)
+    tps = [tp for tp in everything if tp.topic == topic]
     if spec.table_format == "parquet":
         layouts = output_layouts(spec.sink_path, spec.quarantine_root)
         records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]
         findings = [f for r in records for f in r.audit()]
+        outside = stray_findings(layouts, everything, topic=topic)
+        pending = [(r.tp, r.pending) for r in records if r.pending is not None]
     else:  # the tables' files and marks (the table keeps row counts: they are compared too)
         pair = open_tables(spec)
         tables = (pair.sink, pair.quarantine)
         local = all(isinstance((arrow_filesystem(t.root) or (None,))[0], LocalFileSystem) for t in tables)
-        findings = [
-            f
+        on_disk = unreferenced_table_files(tables, now=now)
+        audits = [
+            audit_table_partition(coordinator, config.group, tp, tables, fs, check_files=local, on_disk=on_disk)
             for tp in tps
-            for f in audit_table_partition(coordinator, config.group, tp, tables, fs, check_files=local).findings
         ]  # each referenced file checked where that is a local stat, not a remote request per file
+        findings = [f for a in audits for f in a.findings]
+        outside = unreferenced_outside(on_disk, everything)
+        pending = [(a.records.tp, a.records.pending) for a in audits if a.records.pending is not None]
     hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
-    lines = [
-        f"- {f.tp} {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in findings[:_MAX_SHOWN]
-    ]
+    lines = [f"- {f.tp} {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in findings]
+    lines += [f"- {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in outside]
+    notes = [f"- {tp}: pending: {p.describe()}" for tp, p in pending]
+    details = "\n".join(lines[:_MAX_SHOWN] or ["the sink holds what the ledger committed"])
+    if notes:
+        details += "\n\nPending (no divergence):\n" + "\n".join(notes[:_MAX_SHOWN])
     return dg.AssetCheckEvaluation(
         check_name=CHECK_SINK,
         asset_key=key,
-        passed=not findings,
+        passed=not lines,
         metadata={
             "cohort/partitions": dg.MetadataValue.int(len(tps)),
-            "cohort/problems": dg.MetadataValue.int(len(findings)),
-            "cohort/details": dg.MetadataValue.md("\n".join(lines) or "the sink holds what the ledger committed"),
+            "cohort/problems": dg.MetadataValue.int(len(lines)),
+            "cohort/pending_replays": dg.MetadataValue.int(len(pending)),
+            "cohort/details": dg.MetadataValue.md(details),
         },
     )

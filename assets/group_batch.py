@@ -25,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from cohort.assets.checks import check_results
+from cohort.assets.checks import AUDIT_TAG, check_results
 from cohort.assets.replay import REPLAY_TAG, Replay
 from cohort.assets.translator import (
     METADATA_PREFIX,
@@ -218,8 +218,9 @@ def build_group_assets(
             registry = getattr(context.resources, REGISTRY_RESOURCE_KEY) if registry_keys else None
             yield from _batch(context, config, translator, group, kafka, spark, slots, runner, replay, registry)
         if context.selected_asset_check_keys:
+            full = context.run.tags.get(AUDIT_TAG) == "full"
             for evaluation in check_results(
-                context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock
+                context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock, full=full
             ):
                 context.log_event(evaluation)
 

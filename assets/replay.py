@@ -6,7 +6,9 @@ The start is `earliest`, an offset, or an ISO 8601 time (`2026-11-23T08:00:00Z`)
 run's asset partitions (a backfill of some partitions of a topic asset, one run per the single-run backfill
 policy) or all of them. Each member resets only partitions it owns in its generation (the ledger fences the
 reset like a commit), so no partition is replayed by two runs at once; a partition this run reset already
-(on another member, or in an earlier attempt after a rebalance) is not reset again.
+(on another member, or in an earlier attempt after a rebalance) is not reset again. The reset itself is
+`cohort reset-offsets`' (`cohort.pipelines.offset_reset.apply_reset`): the same ledger entry, and Kafka's
+committed offsets moved with it.
 
 Example:
     >>> replay = Replay.parse("earliest", partitions=["0", "2"])
@@ -16,11 +18,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from cohort.assignment.resets import PartitionReset, ResetTarget, parse_datetime, plan_reset
+from cohort.assignment.resets import ResetTarget, parse_datetime
 from cohort.common.types import TopicPartition
 
 __all__ = ["REPLAY_TAG", "Replay"]
@@ -65,19 +67,6 @@ class Replay:
 
     def selects(self, tp: TopicPartition) -> bool:
         return self.partitions is None or tp.partition in self.partitions
-
-    def plan(
-        self,
-        owned: Sequence[TopicPartition],
-        done: Iterable[TopicPartition],
-        committed: Mapping[TopicPartition, int | None],
-        watermarks: Mapping[TopicPartition, tuple[int, int]],
-        times: Mapping[TopicPartition, int | None] | None = None,
-    ) -> list[PartitionReset]:
-        """The moves of the selected partitions among `owned` that this run has not reset yet (`done`)."""
-        skip = set(done)
-        wanted = {tp: marks for tp, marks in watermarks.items() if tp in owned and self.selects(tp) and tp not in skip}
-        return plan_reset(self.target, committed, wanted, times)
 
     def wanted(self, owned: Sequence[TopicPartition], done: Iterable[TopicPartition]) -> list[TopicPartition]:
         """The owned partitions this replay still has to reset."""

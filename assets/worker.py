@@ -20,8 +20,8 @@ from typing import Any
 import dagster as dg
 import sqlalchemy as sa
 
-from cohort.assets.audit import materialized_ranges
 from cohort.assets.replay import Replay
+from cohort.assets.trail import read_dagster_trail
 from cohort.assets.translator import (
     METADATA_PREFIX,
     CohortConfig,
@@ -32,9 +32,10 @@ from cohort.assets.translator import (
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import LedgerEntry
+from cohort.assignment.trail_reader import unreported
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.kafka_client import offsets_for_times
 from cohort.pipelines.lineage import consumed_ranges, reported_range
+from cohort.pipelines.offset_reset import apply_reset
 from cohort.pipelines.results import BatchResult
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
@@ -149,22 +150,31 @@ def _reset_for_replay(
     kafka: KafkaResource,
 ) -> set[TopicPartition]:
     """Reset the replay's partitions among `assignment` that this run has not reset yet, as this member (the
-    ledger fences it like a commit); returns every partition of the assignment this run replays."""
+    ledger fences it like a commit) and as `cohort reset-offsets` does (the same ledger entry, Kafka's committed
+    offsets moved with it); returns every partition of the assignment this run replays."""
     history = member.coordinator.run_ledger_history(group, context.run_id)
     done = {e.topic_partition for e in history if e.is_reset}
     todo = replay.wanted(assignment, done)
     if todo:
-        marks = kafka.watermarks(todo)
-        at = replay.target.timestamp_ms
-        times = offsets_for_times(kafka.client_config(), todo, at) if at is not None else None
-        plans = replay.plan(todo, (), member.committed_offsets(todo), marks, times)
-        moves = {p.tp: p.new for p in plans if p.changes}
-        if moves:
-            member.reset_offsets(moves, reason=f"replay from {replay.target.describe()} (run {context.run_id})")
+        reset = apply_reset(
+            member,
+            replay.target,
+            todo,
+            kafka.client_config(),
+            kafka.get_mirror(),
+            reason=f"replay run {context.run_id}",
+            run_id=context.run_id,
+            timeout_s=kafka.request_timeout_s,
+        )
         context.log.info(
             f"group {group!r}: replaying from {replay.target.describe()}: "
-            + ", ".join(f"{p.tp} {p.current} -> {p.new} ({p.replayed} records again)" for p in plans)
+            + ", ".join(f"{p.tp} {p.current} -> {p.new} ({p.replayed} records again)" for p in reset.plans)
         )
+        if reset.mirror_error:
+            context.log.warning(
+                f"Kafka's committed offsets did not follow the replay's reset (the ledger's reset stands; the "
+                f"batch mirrors its commit): {reset.mirror_error}"
+            )
         done |= set(todo)
     return {tp for tp in assignment if tp in done}
 
@@ -202,7 +212,6 @@ def run_worker(
         member,
         slot,
         spark=spark.get_session,
-        started_session=spark.started_session,
         pipeline=config.pipeline,
         kafka_config=kafka.client_config(),
         partition_counts=kafka.partition_counts,
@@ -390,33 +399,33 @@ def unreported_materializations(
 
     A run killed between its ledger commit and its materialization events (or a rerun that died the same
     way) leaves committed ranges with no entry in the audit trail; every later run of the slot reports
-    them from the ledger, which records the committing run, generation, member and counts.
+    them from the ledger, which records the committing run, generation, member and counts. Only what changed
+    since each partition's trail mark is read (cohort.assignment.trail), so the cost does not grow with history.
     """
     sink_root = landed_root(config.pipeline)
-    for topic, count in sorted(counts.items()):
-        key = translator.get_asset_key(config.group, topic)
-        for partition in range(count):
-            entries = [
-                e
-                for e in coordinator.ledger_history(config.group, topic, partition)
-                if (e.instance_id is None or e.instance_id in instance_ids or (rerun_of and e.run_id == rerun_of))
-                and not e.is_reset
-                and e.gap_reason is None
-                and e.until_offset > e.from_offset
-            ]
-            if not entries:
-                continue
-            shown = materialized_ranges(instance, key, partition).ranges
-            for entry in entries:
-                if (entry.from_offset, entry.until_offset) in shown:
-                    continue
-                lost = entry.run_id or "unknown"
-                description = (
-                    f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
-                    f"{lost} in generation {entry.generation}, which ended before reporting it "
-                    f"(reported from the ledger by run {run_id})"
-                )
-                committer = _Reporter(entry.generation, entry.member_id or "", entry.instance_id or "")
-                yield from _reported_range(
-                    translator, config.group, entry, description, committer, lost, run_id, sink_root
-                )
+    partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items()) for p in range(count)]
+    readings = read_dagster_trail(
+        instance,
+        coordinator,
+        config.group,
+        lambda topic: translator.get_asset_key(config.group, topic),
+        partitions,
+        host_slots=config.host_slots,
+    )
+
+    def ours(entry: LedgerEntry) -> bool:
+        return (
+            entry.instance_id is None
+            or entry.instance_id in instance_ids
+            or bool(rerun_of and entry.run_id == rerun_of)
+        )
+
+    for entry in unreported(readings, ours):
+        lost = entry.run_id or "unknown"
+        description = (
+            f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
+            f"{lost} in generation {entry.generation}, which ended before reporting it "
+            f"(reported from the ledger by run {run_id})"
+        )
+        committer = _Reporter(entry.generation, entry.member_id or "", entry.instance_id or "")
+        yield from _reported_range(translator, config.group, entry, description, committer, lost, run_id, sink_root)

@@ -48,9 +48,11 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import ValidatableTableRequirement
 from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.table_maintenance import ICEBERG_PROPERTIES, expire_iceberg, run_safely
+from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention, maintenance_due
 from cohort.pipelines.table_store import (
     BatchRecord,
     DataFile,
@@ -72,6 +74,7 @@ BATCH_SUMMARY_KEY = "cohort.batch"
 _MARKS = ("head", "generation", "reach")  # PartitionMark's fields, each a property `<mark key>/<field>`
 _LAST = "/last"
 _CREATE_PROPERTIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}  # the store's loop retries, re-checking the marks
+_CATALOG_CREATE_ATTEMPTS = 8
 
 
 class AssertCohortMarks(ValidatableTableRequirement):
@@ -95,7 +98,16 @@ class IcebergTableStore:
 
     root: str
 
-    def __init__(self, root: str, *, catalog_url: str, identifier: str, max_attempts: int = 8) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        catalog_url: str,
+        identifier: str,
+        max_attempts: int = 8,
+        retention: TableRetention | None = DEFAULT_RETENTION,
+    ) -> None:
+        """`retention`: how long old snapshots are kept and how often the store expires them (None: never)."""
         namespace, _, name = identifier.rpartition(".")
         if not namespace or not name or "" in namespace.split("."):
             raise ValueError(f"an Iceberg table identifier is namespace.table, got {identifier!r}")
@@ -109,6 +121,7 @@ class IcebergTableStore:
         self.max_attempts = max_attempts
         self._catalog_url = catalog_url  # may hold a password: never in a message or repr
         self._catalog_instance: SqlCatalog | None = None
+        self._retention = retention
 
     def __repr__(self) -> str:
         return f"IcebergTableStore(identifier={self.identifier!r}, root={self.root!r})"
@@ -188,7 +201,9 @@ class IcebergTableStore:
             if change.removes and _swapped(change, live):
                 return None  # a replay that leaves the marks as they were, already applied (its answer was lost)
             try:
+                based_on = table.last_sequence_number
                 self._commit_once(table, change, live)
+                self._maintain(table, based_on)
                 return None
             except CommitFailedException as error:  # the marks moved, or another commit won the catalog's swap
                 failure = _first_line(error)
@@ -235,6 +250,15 @@ class IcebergTableStore:
             tx.commit_transaction()
         except ValidationException as error:  # an overwrite rebased by pyiceberg found a removed file gone
             raise TableConflictError(f"{self}: the commit's removes no longer apply: {_first_line(error)}") from None
+
+    def _maintain(self, table: Table, based_on: int) -> None:
+        """Expire old snapshots (cohort.pipelines.table_maintenance) after a commit that took the table's sequence
+        number past a multiple of `every_commits`; outside the compare-and-set: a failure is logged, never raised."""
+        retention = self._retention
+        after = table.last_sequence_number
+        if retention is None or not maintenance_due(based_on, after, retention.every_commits):
+            return
+        run_safely(str(self), lambda: expire_iceberg(table, retention, self._relative))
 
     def _stage_snapshot(self, tx: Transaction, table: Table, change: TableCommit, removed: list[IcebergFile]) -> None:
         """The snapshot of the commit: its added and removed files, the batch record in its summary."""
@@ -318,11 +342,17 @@ class IcebergTableStore:
     def _catalog(self) -> SqlCatalog:
         if self._catalog_instance is None:
             try:
-                self._catalog_instance = SqlCatalog(
-                    CATALOG_NAME, uri=self._catalog_url, warehouse=self.root, pool_pre_ping="true"
+                catalog = SqlCatalog(
+                    CATALOG_NAME,
+                    uri=self._catalog_url,
+                    warehouse=self.root,
+                    pool_pre_ping="true",
+                    init_catalog_tables="false",  # created below, where concurrent creators are expected
                 )
             except ArgumentError:
                 raise ValueError(f"{self}: the catalog URL is not a SQLAlchemy URL") from None
+            _create_catalog_tables(catalog)
+            self._catalog_instance = catalog
         return self._catalog_instance
 
     def _load(self) -> Table | None:
@@ -342,8 +372,9 @@ class IcebergTableStore:
                 if not catalog.namespace_exists(self.namespace):
                     raise
             try:
+                properties = dict(_CREATE_PROPERTIES) | (ICEBERG_PROPERTIES if self._retention is not None else {})
                 return catalog.create_table_if_not_exists(
-                    self.identifier, schema=schema, location=self.root, properties=dict(_CREATE_PROPERTIES)
+                    self.identifier, schema=schema, location=self.root, properties=properties
                 )
             except (UnsupportedPyArrowTypeException, TypeError) as error:
                 raise TableSchemaError(f"{self}: cannot create the table: {_first_line(error)}") from None
@@ -377,6 +408,24 @@ class IcebergTableStore:
                 if secret:
                     reason = reason.replace(secret, "***")
             raise RuntimeError(f"{self}: the Iceberg catalog failed: {reason}") from None
+
+
+def _create_catalog_tables(catalog: SqlCatalog) -> None:
+    """Create the SQL catalog's own tables where they are missing, tolerating concurrent creators.
+
+    Slots of one run (threads or processes, on one host or several) open a fresh catalog at the same moment;
+    pyiceberg checks for its tables, then creates them, so a creator that lost the race between the two fails
+    ("table iceberg_tables already exists" on SQLite, a duplicate key or relation on PostgreSQL). The check and
+    the creation (only of what is missing) are run again until they agree.
+    """
+    for attempt in range(_CATALOG_CREATE_ATTEMPTS):
+        try:
+            catalog.create_tables()  # SQLAlchemy's create_all: checks each table first, creates the missing ones
+            return
+        except (OperationalError, ProgrammingError, IntegrityError):
+            if attempt + 1 == _CATALOG_CREATE_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))  # another creator was first: look again
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
@@ -503,3 +552,33 @@ def _password(url: str) -> str | None:
         return make_url(url).password
     except ArgumentError:
         return None
+
+
+def referenced_data_paths(store: IcebergTableStore) -> tuple[list[str], Iterator[str]]:
+    """Read-only: (the data files the current snapshot holds, then, lazily, those every other snapshot the table
+    keeps holds, newest first, each manifest read once), as paths relative to the table root (files elsewhere are
+    left out). A file a snapshot deleted is held by the snapshots before it, as long as the table keeps one. What
+    cohort.pipelines.table_files compares the files on disk with."""
+    table = store._load()
+    if table is None:
+        return [], iter(())
+    seen: set[str] = set()
+
+    def paths(snapshot: Any) -> Iterator[str]:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.content != ManifestContent.DATA or manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                relative = store._relative(entry.data_file.file_path)
+                if relative is not None:
+                    yield relative
+
+    current = table.current_snapshot()
+    listed = list(paths(current)) if current is not None else []
+    others = sorted(
+        (s for s in table.metadata.snapshots if current is None or s.snapshot_id != current.snapshot_id),
+        key=lambda s: s.timestamp_ms,
+        reverse=True,
+    )
+    return listed, (path for snapshot in others for path in paths(snapshot))

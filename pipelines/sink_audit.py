@@ -7,38 +7,53 @@ as publishing does) and expects, in the sink and in the quarantine:
 
 - each committed range still whole to have its directory when it wrote rows there, holding as many rows as the
   ledger says;
-- no directory that is not one of those pieces (output no commit accounts for), none beyond the ledger's head,
-  and no two directories sharing an offset;
+- no directory that is not one of those pieces (output no commit accounts for), none beyond the furthest offset
+  the ledger committed, and no two directories sharing an offset;
+- nothing else that Parquet readers read under the root (cohort.pipelines.sink_tree: a copied range directory,
+  one in another partition's folder, whatever its name);
 - Kafka's committed offset equal to the ledger's head (the mirror copies it there after each commit).
 
-Decisions are plain values (`audit_sink_partition`); reading the sink and Kafka, and repairing, belong to the
-caller. A finding says whether a repair is safe: re-mirroring Kafka when it is behind the ledger, and publishing
-a committed range whose directory is missing from the output its run staged. Nothing else is repaired: deleting
-or rewriting output, or moving Kafka back, could lose data.
+An offset reset back (docs/replay.md) leaves the sink ahead of the ledger's committed offset until the replay
+batches pass it again: that is pending work, said (`PendingReplay`), not a divergence.
+
+Decisions are plain values (`audit_sink_partition`, `fold_ledger`); reading the sink and Kafka, and repairing,
+belong to the caller. The ledger is read page by page (`ledger_entries`). A finding says whether a repair is
+safe: re-mirroring Kafka when it is behind the ledger, and publishing a committed range whose directory is
+missing from the output its run staged. Nothing else is repaired: deleting or rewriting output, or moving Kafka
+back, could lose data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink import SinkFs, SinkLayout, default_quarantine_root
+from cohort.pipelines.audit_ledger import AuditedRange, LedgerFold, PendingReplay, fold_ledger, ledger_entries
+from cohort.pipelines.sink import SinkFs, SinkLayout, default_quarantine_root, parse_range_dir
+from cohort.pipelines.sink_tree import Entry, OutputTree, Stray, strays
 
 __all__ = [
     "MIRROR",
     "PUBLISH",
     "REPAIR_HINTS",
     "AuditedRange",
+    "LedgerFold",
     "LedgerReader",
+    "OutsideFinding",
     "PartitionRecords",
+    "PendingReplay",
     "Piece",
     "SinkFinding",
     "audit_sink_partition",
     "effective_pieces",
+    "fold_ledger",
+    "ledger_entries",
     "output_layouts",
     "read_records",
+    "stray_findings",
 ]
 
 MIRROR = "mirror"
@@ -50,18 +65,6 @@ REPAIR_HINTS = {
     PUBLISH: "`cohort audit --repair` publishes it if its run's staged output is still there",
 }
 """What `--repair` does about a finding, for messages."""
-
-
-@dataclass(frozen=True)
-class AuditedRange:
-    """One ledger commit of a partition, in ledger order (resets and gaps are left out by the caller or here)."""
-
-    from_offset: int
-    until_offset: int
-    records: int
-    quarantined: int
-    run_id: str | None
-    gap: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,25 @@ class SinkFinding:
     piece: Piece | None = None
 
 
+@dataclass(frozen=True)
+class OutsideFinding:
+    """A divergence found outside every partition folder of the ledger (a file at a sink's root, a topic or
+    partition the ledger does not hold, a table's unreferenced file outside Cohort's layout): found once per
+    output, not per partition; `repair` as for `SinkFinding`."""
+
+    where: str  # "sink" or "quarantine"
+    path: str
+    message: str
+    repair: str | None = None
+
+
+def _stray_message(stray: Stray, root: str) -> str:
+    return f"{stray.describe(root)}; not repaired (nothing readers see is deleted: remove it if it is a copy)"
+
+
 class LedgerReader(Protocol):
-    """What the audit reads of the ledger (a `cohort.assignment.coordinator.Coordinator`)."""
+    """What the audit reads of the ledger (a `cohort.assignment.coordinator.Coordinator`); one that also has
+    `ledger_after(group, topic, partition, after_id, limit=...)` is read page by page."""
 
     def ledger_history(self, group: str, topic: str, partition: int) -> Sequence[Any]: ...
 
@@ -100,23 +120,42 @@ class LedgerReader(Protocol):
 
 @dataclass(frozen=True)
 class PartitionRecords:
-    """One partition's ledger commits, committed offset, and range directories (from, until, rows) per output."""
+    """One partition's ledger commits, committed offset, and range directories (from, until, rows) per output;
+    `strays` per output what readers read in the partition's folder that no range directory accounts for (under
+    `roots`), `pending` a replay an offset reset left to do."""
 
     tp: TopicPartition
     commits: tuple[AuditedRange, ...]
     head: int | None
     outputs: Mapping[str, Sequence[tuple[int, int, int]]]
+    strays: Mapping[str, Sequence[Stray]] = field(default_factory=dict)
+    roots: Mapping[str, str] = field(default_factory=dict)
+    pending: PendingReplay | None = None
 
     def audit(self, kafka_committed: int | None = None, *, compare_kafka: bool = False) -> list[SinkFinding]:
-        return audit_sink_partition(
+        findings = audit_sink_partition(
             self.tp, self.commits, self.head, self.outputs, kafka_committed, compare_kafka=compare_kafka
         )
+        for where, found in self.strays.items():
+            findings += [SinkFinding(self.tp, where, _stray_message(s, self.roots.get(where, ""))) for s in found]
+        return findings
 
 
 def output_layouts(sink_path: str, quarantine_path: str | None = None) -> dict[str, SinkLayout]:
     """The layouts of the two outputs a batch writes, by the names findings use ("sink", "quarantine")."""
     quarantine = SinkLayout(quarantine_path or default_quarantine_root(sink_path))
     return {"sink": SinkLayout(sink_path), "quarantine": quarantine}
+
+
+def _range_dirs(tp: TopicPartition, entries: Sequence[Entry]) -> list[tuple[int, int, str]]:
+    """(from, until, name) of the range directories of `tp` among its folder's entries."""
+    found = []
+    for entry in entries:
+        if entry.is_dir and len(entry.parts) == 3:
+            parsed = parse_range_dir(entry.parts[2])
+            if parsed is not None and parsed[:2] == (tp.topic, tp.partition):
+                found.append((parsed[2], parsed[3], entry.parts[2]))
+    return sorted(found)
 
 
 def read_records(
@@ -128,44 +167,66 @@ def read_records(
     *,
     count_rows: bool = True,
 ) -> PartitionRecords:
-    """The ledger's and the outputs' records of one partition: directory names and, with `count_rows`, their rows
-    from the Parquet footers (no data is read; without it rows are not compared: one listing per output)."""
-    commits = tuple(
-        AuditedRange(e.from_offset, e.until_offset, e.records, e.quarantined, e.run_id, gap=e.gap_reason is not None)
-        for e in ledger.ledger_history(group, tp.topic, tp.partition)
-        if not e.is_reset
-    )
-    head = ledger.fetch_offsets(group, [tp])[tp]
-    outputs = {
-        where: [
-            (x, y, fs.parquet_record_count(path) if count_rows else -1)
-            for x, y, path in layout.range_dirs(fs, tp.topic, tp.partition)
+    """The ledger's and the outputs' records of one partition: one recursive listing of the partition's folder per
+    output (range directories and what else readers read there) and, with `count_rows`, the directories' rows from
+    their Parquet footers (no data is read; without it rows are not compared). The folders are listed before the
+    ledger is read: a range published meanwhile is committed before it is listed."""
+    listed = {where: OutputTree(layout.root).partition(tp) for where, layout in layouts.items()}
+    fold = fold_ledger(tp, ledger_entries(ledger, group, tp))
+    outputs = {}
+    for where, layout in layouts.items():
+        folder = layout.partition_dir(tp.topic, tp.partition)
+        outputs[where] = [
+            (x, y, fs.parquet_record_count(f"{folder}/{name}") if count_rows else -1)
+            for x, y, name in _range_dirs(tp, listed[where])
         ]
-        for where, layout in layouts.items()
-    }
-    return PartitionRecords(tp, commits, head, outputs)
+    found = {where: strays(entries, [tp]) for where, entries in listed.items()}
+    roots = {where: layout.root for where, layout in layouts.items()}
+    return PartitionRecords(tp, fold.commits, fold.head, outputs, found, roots, fold.pending)
+
+
+def stray_findings(
+    layouts: Mapping[str, SinkLayout], partitions: Collection[TopicPartition], *, topic: str | None = None
+) -> list[OutsideFinding]:
+    """What readers read in each output outside the folders of the ledger's `partitions`; with `topic`, leaving
+    out the folders of the ledger's other topics (their own audit names those)."""
+    others = {f"topic={tp.topic}" for tp in partitions if topic is not None and tp.topic != topic}
+    found = []
+    for where, layout in layouts.items():
+        entries = OutputTree(layout.root).outside(partitions)
+        found += [
+            OutsideFinding(where, f"{layout.root}/{'/'.join(s.parts)}", _stray_message(s, layout.root))
+            for s in strays(entries, partitions)
+            if s.parts[0] not in others
+        ]
+    return found
 
 
 def effective_pieces(commits: Sequence[AuditedRange]) -> list[Piece]:
     """The partition's offsets by the commit whose output holds them: each commit replaces the offsets it re-reads
-    (a replay), keeping what lies outside them of the ranges it overlaps. Gaps hold no output."""
+    (a replay), keeping what lies outside them of the ranges it overlaps. Gaps hold no output. The pieces stay
+    sorted and disjoint, so each commit touches only those it overlaps (found by bisection)."""
     pieces: list[Piece] = []
+    froms: list[int] = []
+    untils: list[int] = []
     for commit in commits:
         lo, hi = commit.from_offset, commit.until_offset
         if lo == hi:
             continue
+        first = bisect_right(untils, lo)  # the first piece ending after lo
+        last = bisect_left(froms, hi)  # the first piece starting at or after hi
         kept: list[Piece] = []
-        for piece in pieces:
-            if piece.until_offset <= lo or hi <= piece.from_offset:
-                kept.append(piece)
-                continue
+        for piece in pieces[first:last]:
             if piece.from_offset < lo:
                 kept.append(Piece(piece.from_offset, lo, piece.commit))
             if hi < piece.until_offset:
                 kept.append(Piece(hi, piece.until_offset, piece.commit))
         if not commit.gap:
             kept.append(Piece(lo, hi, commit))
-        pieces = sorted(kept, key=lambda p: p.from_offset)
+        kept.sort(key=lambda p: p.from_offset)
+        pieces[first:last] = kept
+        froms[first:last] = [p.from_offset for p in kept]
+        untils[first:last] = [p.until_offset for p in kept]
     return pieces
 
 
@@ -178,10 +239,11 @@ def audit_sink_partition(
     *,
     compare_kafka: bool = False,
 ) -> list[SinkFinding]:
-    """The divergences of one partition.
+    """The divergences of one partition. Output up to the furthest offset the ledger committed is compared with
+    the commits, even where a reset moved the committed offset back (the replay has not rewritten it yet).
 
     Args:
-        commits: the ledger's commits of the partition, in ledger order.
+        commits: the ledger's commits of the partition, in ledger order (resets left out).
         head: the ledger's committed offset (None: nothing committed).
         outputs: per output ("sink", "quarantine"), its range directories as (from, until, rows); rows -1: not
             counted (not compared).
@@ -189,8 +251,10 @@ def audit_sink_partition(
     """
     findings: list[SinkFinding] = []
     pieces = effective_pieces(commits)
+    reached = [x for x in (head, *(c.until_offset for c in commits)) if x is not None]
+    reach = max(reached) if reached else None
     for where, dirs in outputs.items():
-        findings += _audit_output(tp, where, pieces, head, sorted(dirs))
+        findings += _audit_output(tp, where, pieces, (head, reach), sorted(dirs))
     if compare_kafka and kafka_committed != head:
         if head is not None and (kafka_committed is None or kafka_committed < head):
             behind = f"Kafka's committed offset {kafka_committed} is behind the ledger's {head}"
@@ -213,8 +277,20 @@ def _rows(piece: Piece, where: str) -> int:
 
 
 def _audit_output(
-    tp: TopicPartition, where: str, pieces: Sequence[Piece], head: int | None, dirs: Sequence[tuple[int, int, int]]
+    tp: TopicPartition,
+    where: str,
+    pieces: Sequence[Piece],
+    ledger: tuple[int | None, int | None],
+    dirs: Sequence[tuple[int, int, int]],
 ) -> list[SinkFinding]:
+    """`ledger`: the committed offset and the furthest offset any commit reached (beyond it, no commit accounts
+    for a directory)."""
+    head, furthest = ledger
+    beyond = (
+        f"the ledger's committed offset {head}"
+        if furthest == head
+        else f"offset {furthest}, the furthest the ledger committed"
+    )
     findings: list[SinkFinding] = []
     by_offsets = {(p.from_offset, p.until_offset): p for p in pieces}
     reach: tuple[int, int] | None = None  # the directory reaching furthest so far
@@ -235,12 +311,12 @@ def _audit_output(
     for from_offset, until_offset, rows in dirs:
         held.add((from_offset, until_offset))
         piece = by_offsets.get((from_offset, until_offset))
-        if head is None or until_offset > head:
+        if furthest is None or until_offset > furthest:
             findings.append(
                 SinkFinding(
                     tp,
                     where,
-                    f"directory [{from_offset}, {until_offset}) lies beyond the ledger's committed offset {head}: "
+                    f"directory [{from_offset}, {until_offset}) lies beyond {beyond}: "
                     "output no commit accounts for; not repaired (it is not deleted: check where it came from)",
                 )
             )

@@ -1,10 +1,14 @@
-"""One worker slot's batch, for any orchestrator: join as the slot's static member, run the batch on exactly the
-partitions the assignor gave it, rejoin after a rebalance, report progress while Spark works.
+"""One worker slot's batch, for any orchestrator: start Spark, join as the slot's static member, run the batch on
+exactly the partitions the assignor gave it, rejoin after a rebalance, report progress while Spark works.
 
-The member joins the group as its worker slot, waits (bounded) for its assignment, heartbeats while Spark works,
-runs the batch with itself as the fenced ledger, and stays in the group: the caller reports the batch (Dagster
-materializations, Airflow asset events), then ends the membership (`SlotBatch.leave`), so a run killed before its
-report is noticed by its session expiring.
+Spark starts first (a local JVM, a cluster application, a Spark Connect session: seconds, more under load), so
+the member joins only once it can work: the progress timeout (Kafka's max.poll.interval.ms) measures the batch,
+never the start, and a start that fails or hangs holds no partition. Executors a cluster grants later count as
+starting too: until the application has one, the member reports progress. The member then joins the group as
+its worker slot, waits (bounded) for its assignment, heartbeats while Spark works, runs the batch with itself as
+the fenced ledger, and stays in the group: the caller reports the batch (Dagster materializations, Airflow asset
+events), then ends the membership (`SlotBatch.leave`), so a run killed before its report is noticed by its
+session expiring.
 
 A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the member
 rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's output is withdrawn
@@ -15,6 +19,7 @@ member was removed (expired, evicted) and the orchestrator reruns its slot; rejo
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -34,9 +39,19 @@ from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch import run_batch
 from cohort.pipelines.results import BatchResult
+from cohort.pipelines.spark import is_connect
 from cohort.pipelines.spec import PipelineSpec
 
-__all__ = ["MAX_ATTEMPTS", "BatchRunner", "SlotBatch", "SlotLog", "new_partitions", "run_slot_batch"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "BatchRunner",
+    "SlotBatch",
+    "SlotLog",
+    "awaiting_executors",
+    "new_partitions",
+    "progress_reporter",
+    "run_slot_batch",
+]
 
 MAX_ATTEMPTS = 3
 REBALANCED = (RebalanceInProgressError, IllegalGenerationError, PartitionNotOwnedError)
@@ -106,6 +121,10 @@ def new_partitions(
     return [tp for tp in assignment if tp.topic in started and committed.get(tp) is None]
 
 
+_IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")
+"""Masters whose tasks run in the driver's JVM (`local`, `local[4]`, `local[*, 2]`): no executor to wait for."""
+
+
 def _spark_fingerprint(session: Any) -> tuple[int, int] | None:
     """(newest active stage id, completed tasks of active stages), None when Spark cannot tell (Connect)."""
     try:
@@ -116,24 +135,38 @@ def _spark_fingerprint(session: Any) -> tuple[int, int] | None:
     return (max((s.stageId for s in stages), default=-1), sum(s.numCompletedTasks for s in stages))
 
 
+def awaiting_executors(session: Any) -> bool:
+    """Whether a cluster application has no executor yet (a standalone, YARN or Kubernetes master grants them after
+    the session started, or, with dynamic allocation, once tasks wait): Spark is still starting. False for a local
+    session (tasks run in the driver), for Spark Connect (the server's executors are its own) and when Spark cannot
+    tell."""
+    if is_connect(session):
+        return False
+    try:
+        context = session.sparkContext
+        if _IN_DRIVER.fullmatch(context.master):
+            return False
+        return int(context._jsc.sc().getExecutorMemoryStatus().size()) <= 1  # the driver is listed too
+    except Exception:
+        return False
+
+
 @contextlib.contextmanager
-def progress_reporter(
-    member: GroupMember, started_session: Callable[[], Any | None], interval_s: float
-) -> Iterator[None]:
-    """Report progress (reset the progress deadline) whenever Spark completes tasks or starts stages.
+def progress_reporter(member: GroupMember, session: Any, interval_s: float) -> Iterator[None]:
+    """Report progress (reset the progress deadline) whenever Spark completes tasks or starts stages, and while a
+    cluster has granted no executor yet (`awaiting_executors`).
 
     A batch stuck in one task (or a driver stuck outside Spark) reports nothing, so the coordinator evicts it at
     the progress deadline, like Kafka's max.poll.interval.ms. With Spark Connect, where task progress is not
-    visible, every interval counts as progress. `started_session` gives the session once it exists (None before).
+    visible, every interval counts as progress.
     """
     stop = threading.Event()
 
     def loop() -> None:
         last: tuple[int, int] | None = None
         while not stop.wait(interval_s):
-            session = started_session()
-            current = _spark_fingerprint(session) if session is not None else None
-            if session is not None and (current is None or current != last):
+            current = _spark_fingerprint(session)
+            if current is None or current != last or awaiting_executors(session):
                 with contextlib.suppress(Exception):  # a lost membership surfaces at commit
                     member.report_progress()
             last = current
@@ -152,7 +185,6 @@ def run_slot_batch(
     slot: int,
     *,
     spark: Callable[[], SparkSession],
-    started_session: Callable[[], Any | None],
     pipeline: PipelineSpec,
     kafka_config: Mapping[str, Any],
     partition_counts: Callable[[set[str]], Mapping[str, int]],
@@ -164,10 +196,11 @@ def run_slot_batch(
     before_batch: Callable[[GroupMember, Sequence[TopicPartition]], Collection[TopicPartition]] | None = None,
     leave_group: bool = True,
 ) -> SlotBatch:
-    """Join as worker slot `slot` (`member` is its static member, not yet joined), run the batch on the assignment
-    (rejoining after a rebalance), and return with the member still in the group.
+    """Start Spark, join as worker slot `slot` (`member` is its static member, not yet joined), run the batch on the
+    assignment (rejoining after a rebalance), and return with the member still in the group.
 
-    `spark` gives the session (started on first use); `partition_counts` the assigned topics' partition counts;
+    `spark` gives the session (started on first use: called before the member joins, so the start does not count
+    against the progress timeout); `partition_counts` the assigned topics' partition counts;
     `on_assignment` sees each assignment with those counts before its batch (Dagster registers partition keys);
     `before_batch` runs first on each assignment and answers the partitions it reset for a replay. On an error
     the member is closed when this raises: it left the group if `leave_group` (the slot's `leave_on_finish`), and
@@ -179,6 +212,8 @@ def run_slot_batch(
     attempts = 0
     replayed: set[TopicPartition] = set()
     try:
+        session = spark()  # before joining: a member holds partitions only once it can work on them
+        log.info(f"group {group!r} slot {slot}: Spark ready after {time.monotonic() - started:.1f} s; joining")
         assignment = member.join()
         while True:
             attempts += 1
@@ -195,9 +230,9 @@ def run_slot_batch(
             try:
                 if before_batch is not None:
                     replayed |= set(before_batch(member, assignment))
-                with progress_reporter(member, started_session, member.heartbeat_interval):
+                with progress_reporter(member, session, member.heartbeat_interval):
                     result = batch(
-                        spark(),
+                        session,
                         pipeline,
                         kafka_config,
                         list(assignment),

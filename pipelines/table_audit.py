@@ -11,19 +11,33 @@ A table records what it holds in two ways, both compared with the ledger:
   when it starts (cohort.pipelines.table_reconcile).
 
 Data directories on disk that no table version references (a batch died between placing its files and its
-table commit) are named too; deleting them is a repair (nothing reads them).
+table commit) are named too; deleting them is a repair (nothing reads them): those starting at or beyond the
+partition's head at once (what a batch sweeps), any other data file no version of the table references once it is
+older than a grace period (cohort.pipelines.table_files: a commit that never landed, or was refused or rolled
+back, during a replay or by a zombie).
+
+The ledger is read page by page (cohort.pipelines.audit_ledger), and a replay an offset reset left pending is said,
+not counted as a divergence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.audit_ledger import AuditedRange, fold_ledger, ledger_entries
 from cohort.pipelines.sink import SinkFs
-from cohort.pipelines.sink_audit import AuditedRange, PartitionRecords, SinkFinding
+from cohort.pipelines.sink_audit import OutsideFinding, PartitionRecords, SinkFinding
 from cohort.pipelines.table_batch import orphan_dirs
+from cohort.pipelines.table_files import (
+    UNREFERENCED_GRACE_S,
+    DiskFile,
+    data_files_on_disk,
+    references,
+    unreferenced,
+)
 from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, ahead_of_ledger, reconcile_partition
 from cohort.pipelines.table_store import (
     DataFile,
@@ -31,16 +45,22 @@ from cohort.pipelines.table_store import (
     PartitionMark,
     TableCommit,
     TableStore,
+    parse_data_path,
 )
 
 __all__ = [
     "ADOPT",
     "DELETE_ORPHANS",
+    "DELETE_UNREFERENCED",
     "ROLL_BACK",
     "TABLE_REPAIR_HINTS",
     "TableAudit",
+    "TableFiles",
     "audit_table_partition",
+    "delete_unreferenced",
     "repair_table_partition",
+    "unreferenced_outside",
+    "unreferenced_table_files",
 ]
 
 ADOPT = "adopt"
@@ -49,17 +69,109 @@ ROLL_BACK = "roll-back"
 """Repair: remove a quarantine-table commit whose sink-table commit never landed."""
 DELETE_ORPHANS = "delete-orphans"
 """Repair: delete data directories no table version references (nothing reads them)."""
+DELETE_UNREFERENCED = "delete-unreferenced"
+"""Repair: delete data files no version of the table references, older than the grace period."""
 _MAX_MISSING_NAMED = 5
 TABLE_REPAIR_HINTS = {
     ADOPT: "`cohort audit --repair` adopts it into the ledger",
     ROLL_BACK: "`cohort audit --repair` rolls it back",
     DELETE_ORPHANS: "`cohort audit --repair` deletes them",
+    DELETE_UNREFERENCED: "`cohort audit --repair` deletes them",
 }
+_OUTPUTS = ("sink", "quarantine")
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """Per output ("sink", "quarantine"): the table's root, its data files no version references that are old
+    enough to judge, and how many younger ones there are (a commit may be in flight: left alone)."""
+
+    roots: Mapping[str, str] = field(default_factory=dict)
+    old: Mapping[str, tuple[DiskFile, ...]] = field(default_factory=dict)
+    young: Mapping[str, int] = field(default_factory=dict)
+    grace_s: float = UNREFERENCED_GRACE_S
+
+    def of(self, where: str, tp: TopicPartition) -> list[DiskFile]:
+        """The old unreferenced files in `tp`'s folder of one output."""
+        return [f for f in self.old.get(where, ()) if _tp_of(f) == tp]
+
+    def outside(self, where: str, partitions: Collection[TopicPartition]) -> list[DiskFile]:
+        """The old unreferenced files of one output outside the folders of `partitions`."""
+        wanted = set(partitions)
+        return [f for f in self.old.get(where, ()) if _tp_of(f) not in wanted]
+
+    def outside_paths(self, partitions: Collection[TopicPartition]) -> list[str]:
+        """The absolute paths of the old unreferenced files of both outputs outside the folders of `partitions`."""
+        return [f"{self.roots[w]}/{f.path}" for w in self.old for f in self.outside(w, partitions)]
+
+    def without(self, paths: Collection[str]) -> TableFiles:
+        """These files less the absolute `paths` (deleted by a repair)."""
+        gone = set(paths)
+        old = {w: tuple(f for f in fs if f"{self.roots[w]}/{f.path}" not in gone) for w, fs in self.old.items()}
+        return replace(self, old=old)
+
+
+def _tp_of(f: DiskFile) -> TopicPartition | None:
+    parsed = parse_data_path(f.path, 0)
+    return None if parsed is None else parsed.tp
+
+
+def unreferenced_table_files(
+    tables: tuple[TableStore, TableStore], *, now: float, grace_s: float = UNREFERENCED_GRACE_S
+) -> TableFiles:
+    """The data files of both tables that no version references (`now` from the caller's clock). Each data folder
+    is listed before the table's versions are read: a file committed meanwhile is found referenced."""
+    roots, old, young = {}, {}, {}
+    for where, table in zip(_OUTPUTS, tables, strict=True):
+        roots[where] = table.root
+        on_disk = data_files_on_disk(table.root)
+        known = references(table) if on_disk else None
+        found = unreferenced(on_disk, *known, now=now, grace_s=grace_s) if known is not None else None
+        old[where] = found.old if found is not None else ()
+        young[where] = found.young if found is not None else 0
+    return TableFiles(roots, old, young, grace_s)
+
+
+def _grace(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds:g} s"
+
+
+def _unreferenced_message(root: str, files: Sequence[DiskFile], grace_s: float) -> str:
+    folders = sorted({f.path.rsplit("/", 1)[0] for f in files})
+    named = ", ".join(f"{root}/{d}" for d in folders[:_MAX_MISSING_NAMED])
+    more = f" and {len(folders) - _MAX_MISSING_NAMED} more" if len(folders) > _MAX_MISSING_NAMED else ""
+    count = f"{len(files)} data file{'' if len(files) == 1 else 's'}"
+    return (
+        f"{count} in {named}{more}: no version of the table references them and they are older than "
+        f"{_grace(grace_s)} (a commit that never landed, or was refused or rolled back); nothing reads them"
+    )
+
+
+def unreferenced_outside(files: TableFiles, partitions: Collection[TopicPartition]) -> list[OutsideFinding]:
+    """The old unreferenced files outside the data folders of the ledger's `partitions`, one finding per output."""
+    found = []
+    for where in files.old:
+        outside = files.outside(where, partitions)
+        if outside:
+            root = files.roots[where]
+            message = _unreferenced_message(root, outside, files.grace_s)
+            found.append(OutsideFinding(where, f"{root}/{outside[0].path}", message, DELETE_UNREFERENCED))
+    return found
+
+
+def delete_unreferenced(fs: SinkFs, paths: Sequence[str]) -> None:
+    """Delete unreferenced data files, then each folder of theirs that holds no data file any more."""
+    for path in paths:
+        fs.delete(path)
+    for folder in sorted({p.rsplit("/", 1)[0] for p in paths}):
+        if not any(n.endswith(".parquet") and not n.startswith(("_", ".")) for n in fs.list_names(folder)):
+            fs.delete(folder)
 
 
 @dataclass(frozen=True)
 class TableAudit:
-    """One partition's records and findings; `decision` and `orphans` are what a repair applies."""
+    """One partition's records and findings; `decision`, `orphans` and `unreferenced` (files) are what a repair
+    applies."""
 
     records: PartitionRecords
     findings: tuple[SinkFinding, ...]
@@ -67,6 +179,7 @@ class TableAudit:
     sink_mark: PartitionMark
     quarantine_mark: PartitionMark
     orphans: tuple[str, ...]
+    unreferenced: tuple[str, ...] = ()
 
 
 def _dirs(files: Sequence[DataFile]) -> list[tuple[int, int, int]]:
@@ -88,19 +201,17 @@ def audit_table_partition(
     *,
     compare_kafka: bool = False,
     check_files: bool = True,
+    on_disk: TableFiles | None = None,
 ) -> TableAudit:
     """Audit one partition of a table sink; `ledger` is a Coordinator (history, offsets, last ranges); `tables`
     are (sink, quarantine). With `check_files`, every data file the tables reference must exist (one file-system
-    query per file)."""
+    query per file). `on_disk`: the tables' unreferenced data files (`unreferenced_table_files`), named here for
+    the partition's folders."""
     sink, quarantine = tables
-    entries = ledger.ledger_history(group, tp.topic, tp.partition)
-    commits = [
-        AuditedRange(e.from_offset, e.until_offset, e.records, e.quarantined, e.run_id, gap=e.gap_reason is not None)
-        for e in entries
-        if not e.is_reset
-    ]
-    head = ledger.fetch_offsets(group, [tp])[tp]
-    position = LedgerPosition(head, bool(entries and entries[-1].is_reset))
+    fold = fold_ledger(tp, ledger_entries(ledger, group, tp))
+    commits = list(fold.commits)
+    head = fold.head
+    position = LedgerPosition(head, fold.after_reset)
     exists = (sink.exists(), quarantine.exists())
     marks = [
         t.marks(group, [tp]).get(tp, PartitionMark()) if e else PartitionMark()
@@ -153,7 +264,7 @@ def audit_table_partition(
     if decision.problem:
         findings.append(SinkFinding(tp, "sink", decision.problem))
     outputs = {"sink": _dirs(files[0]), "quarantine": _dirs(quarantine_files)}
-    records = PartitionRecords(tp, tuple(commits), audited_head, outputs)
+    records = PartitionRecords(tp, tuple(commits), audited_head, outputs, pending=fold.pending)
     findings += records.audit(kafka_committed, compare_kafka=compare_kafka)
     if compare_kafka and decision.adopt:  # Kafka is compared with the ledger as it is, not as adopted
         findings = [f for f in findings if f.where != "kafka"]
@@ -185,14 +296,33 @@ def audit_table_partition(
                 DELETE_ORPHANS,
             )
         )
+    stale, deleted = _unreferenced_findings(tp, on_disk, orphans) if on_disk is not None else ([], [])
+    findings += stale
     return TableAudit(
-        PartitionRecords(tp, tuple(commits), head, outputs),
+        PartitionRecords(tp, tuple(commits), head, outputs, pending=fold.pending),
         tuple(findings),
         decision,
         marks[0],
         marks[1],
         tuple(orphans),
+        tuple(deleted),
     )
+
+
+def _unreferenced_findings(
+    tp: TopicPartition, on_disk: TableFiles, orphans: Sequence[str]
+) -> tuple[list[SinkFinding], list[str]]:
+    """The findings on `tp`'s old unreferenced files (those in its orphan directories are named already), and the
+    files' absolute paths."""
+    findings, paths = [], []
+    for where in _OUTPUTS:
+        root = on_disk.roots[where]
+        stale = [f for f in on_disk.of(where, tp) if not any(f"{root}/{f.path}".startswith(f"{o}/") for o in orphans)]
+        if stale:
+            message = _unreferenced_message(root, stale, on_disk.grace_s)
+            findings.append(SinkFinding(tp, where, message, DELETE_UNREFERENCED))
+            paths += [f"{root}/{f.path}" for f in stale]
+    return findings, paths
 
 
 def repair_table_partition(
@@ -220,4 +350,7 @@ def repair_table_partition(
         for path in audit.orphans:
             fs.delete(path)
         done.append(f"deleted {len(audit.orphans)} unreferenced data directories")
+    if DELETE_UNREFERENCED in repairs and audit.unreferenced:
+        delete_unreferenced(fs, audit.unreferenced)
+        done.append(f"deleted {len(audit.unreferenced)} data files no version of the table references")
     return done

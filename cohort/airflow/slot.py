@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from cohort.airflow.connection import bootstrap_of, kafka_config, store_url_from_env
-from cohort.airflow.lineage import emit, group_alias
+from cohort.airflow.lineage import emit
+from cohort.airflow.trail import AIRFLOW_TRAIL, AirflowTrail
+from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.group_state import subscribed_counts
+from cohort.assignment.trail_reader import read_trail, settle_trail, unreported
 from cohort.assignment.worker_group import WorkerGroup
+from cohort.common.types import TopicPartition
 from cohort.pipelines.kafka_client import read_partition_counts, watermarks
 from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
 from cohort.pipelines.lineage import ConsumedRange, consumed_ranges, reported_range
@@ -30,7 +34,7 @@ from cohort.pipelines.slot_batch import BatchRunner, run_slot_batch
 from cohort.pipelines.spark import close_session, open_session
 from cohort.pipelines.spec import PipelineSpec
 
-__all__ = ["AirflowGroup", "SlotReport", "ledger_run_id", "run_slot"]
+__all__ = ["AirflowGroup", "SlotReport", "earlier_ranges", "ledger_run_id", "run_slot"]
 
 log = logging.getLogger(__name__)
 
@@ -83,57 +87,39 @@ def ledger_run_id(dag_id: str, run_id: str, slot: int, try_number: int) -> str:
     return f"airflow:{dag_id}/{run_id}/slot-{slot}/try-{try_number}"
 
 
-def shown_ranges(inlet_events: Any, group: str) -> set[tuple[str, int, int, int]]:
-    """(topic, partition, from, until) of every range the group's asset events show (read through its alias)."""
-    shown = set()
-    for event in inlet_events[group_alias(group)] if inlet_events is not None else ():
-        extra = getattr(event, "extra", None) or {}
-        try:
-            shown.add(
-                (
-                    str(extra["cohort/topic"]),
-                    int(extra["cohort/partition"]),
-                    int(extra["cohort/from_offset"]),
-                    int(extra["cohort/until_offset"]),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            continue  # an event of someone else's making: nothing the ledger accounts for
-    return shown
-
-
-def unreported_ranges(
+def earlier_ranges(
     group: WorkerGroup,
-    coordinator: Any,
+    coordinator: Coordinator,
     counts: Mapping[str, int],
     slot: int,
-    shown: Collection[tuple[str, int, int, int]],
+    inlet_events: Any,
     reported_by: str,
 ) -> list[ConsumedRange]:
     """Ranges slot `slot` committed that no asset event shows, on the partitions of `counts`: a task instance
     killed between its ledger commit and its success (Airflow registers a task's outlet events when it
-    succeeds) leaves them; the slot's next task instance, a retry or a later run's, reports them."""
+    succeeds) leaves them; the slot's next task instance, a retry or a later run's, reports them.
+
+    Only the ledger entries and the group alias's events since each partition's trail mark are read (the marks
+    then move on over what the events show: cohort.assignment.trail), whatever the history's length."""
+    partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items()) for p in range(count)]
+    marks = coordinator.trail_marks(group.group, AIRFLOW_TRAIL, partitions)
+    readings = read_trail(
+        coordinator, group.group, AIRFLOW_TRAIL, partitions, AirflowTrail(inlet_events, group.group, marks)
+    )
+    settle_trail(coordinator, group.group, AIRFLOW_TRAIL, readings)
     instance = group.instance_id(slot)
-    ranges = []
-    for topic, count in sorted(counts.items()):
-        for partition in range(count):
-            for entry in coordinator.ledger_history(group.group, topic, partition):
-                if entry.is_reset or entry.gap_reason is not None or entry.until_offset <= entry.from_offset:
-                    continue
-                if entry.instance_id != instance or (topic, partition, entry.from_offset, entry.until_offset) in shown:
-                    continue
-                ranges.append(
-                    reported_range(
-                        entry,
-                        group=group.group,
-                        generation=entry.generation,
-                        member=entry.member_id or "",
-                        instance_id=instance,
-                        run_id=entry.run_id or "",
-                        reported_by=reported_by,
-                    )
-                )
-    return ranges
+    return [
+        reported_range(
+            entry,
+            group=group.group,
+            generation=entry.generation,
+            member=entry.member_id or "",
+            instance_id=instance,
+            run_id=entry.run_id or "",
+            reported_by=reported_by,
+        )
+        for entry in unreported(readings, lambda e: e.instance_id == instance)
+    ]
 
 
 def run_slot(
@@ -164,8 +150,7 @@ def run_slot(
     try:
         admin = AdminClient(kafka)
         subscribed_now = subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
-        shown = shown_ranges(inlet_events, group.group)
-        earlier = unreported_ranges(group, coordinator, subscribed_now, slot, shown, client_id)
+        earlier = earlier_ranges(group, coordinator, subscribed_now, slot, inlet_events, client_id)
         emitted = emit(outlet_events, group.group, bootstrap, earlier)
 
         def partition_counts(topics: set[str]) -> dict[str, int]:
@@ -192,7 +177,6 @@ def run_slot(
                 member,
                 slot,
                 spark=session,
-                started_session=lambda: owned.session if owned is not None else None,
                 pipeline=config.pipeline,
                 kafka_config=kafka,
                 partition_counts=partition_counts,

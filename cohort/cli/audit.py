@@ -1,15 +1,19 @@
 """`cohort audit`: per partition, the ledger, Kafka's committed offsets and the sink's own record, side by side.
 
-Gathering reads the coordinator's ledger, the sink's and the quarantine's range directories (through pyarrow:
+Gathering reads the coordinator's ledger (page by page), the sink's and the quarantine's trees (through pyarrow:
 names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's committed offsets; the comparison
-is `cohort.pipelines.sink_audit`. `--repair` applies the safe repairs (re-mirror Kafka behind the ledger,
-publish a committed range from its run's staged output) and only while the group has no members, so no batch
-moves the ledger meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
+is `cohort.pipelines.sink_audit` (and `table_audit` for Delta and Iceberg). Besides the partitions, it names
+what readers read outside the ledger's partition folders (and, for a table, old data files no version
+references). A replay an offset reset left pending is said, and is no divergence. `--repair` applies the safe
+repairs (re-mirror Kafka behind the ledger, publish a committed range from its run's staged output; for tables,
+adopt, roll back, delete unreferenced files) and only while the group has no members, so no batch moves the
+ledger meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -21,9 +25,19 @@ from cohort.cli.kafka import kafka_errors, kafka_for
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.sink_audit import MIRROR, PUBLISH, REPAIR_HINTS, SinkFinding, output_layouts, read_records
+from cohort.pipelines.sink_audit import (
+    MIRROR,
+    PUBLISH,
+    REPAIR_HINTS,
+    OutsideFinding,
+    SinkFinding,
+    output_layouts,
+    read_records,
+    stray_findings,
+)
 
 if TYPE_CHECKING:
+    from cohort.pipelines.table_audit import TableFiles
     from cohort.pipelines.table_store import TableStore
     from cohort.resources.kafka import KafkaResource
 
@@ -83,6 +97,7 @@ class PartitionAudit:
     quarantine_dirs: int
     findings: tuple[SinkFinding, ...]
     repaired: tuple[str, ...] = ()
+    pending: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -94,7 +109,23 @@ class PartitionAudit:
             "quarantine_dirs": self.quarantine_dirs,
             "problems": [{"where": f.where, "problem": f.message, "repair": f.repair} for f in self.findings],
             "repaired": list(self.repaired),
+            "pending": self.pending,
         }
+
+
+@dataclass(frozen=True)
+class GroupAudit:
+    """Every partition's audit, what was found outside the ledger's partition folders (and repaired there), and
+    notes that are no divergence."""
+
+    audits: tuple[PartitionAudit, ...]
+    outside: tuple[OutsideFinding, ...] = ()
+    repaired: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.outside and not any(a.findings for a in self.audits)
 
 
 def audit_group(
@@ -105,8 +136,10 @@ def audit_group(
     *,
     repair: bool,
     as_json: bool,
+    now: float | None = None,
 ) -> bool:
-    """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left."""
+    """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left.
+    `now` (epoch seconds, default the system clock's) judges the age of unreferenced table files."""
     sink, quarantine = target.sink, target.quarantine
     for root, option in ((sink, "--sink"), (quarantine, "--quarantine")):
         if root is not None and arrow_filesystem(root) is None:
@@ -128,16 +161,50 @@ def audit_group(
     try:
         committed = _kafka_committed(kafka, group, tps)
         if tables is not None:
-            audits = [_audit_table(coordinator, group, tp, tables, fs, committed, kafka, repair) for tp in tps]
+            found = _audit_tables(coordinator, group, tps, tables, fs, committed, kafka, repair, now)
         else:
             audits = [_audit(coordinator, group, tp, layouts, fs, committed) for tp in tps]
             if repair:
                 audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
+            found = GroupAudit(tuple(audits), tuple(stray_findings(layouts, tps)))
     finally:
         if kafka is not None:
             kafka.close()
-    _print(group, audits, as_json, compared_kafka=kafka is not None)
-    return not any(a.findings for a in audits)
+    _print(group, found, as_json, compared_kafka=kafka is not None)
+    return found.ok
+
+
+def _audit_tables(
+    coordinator: Coordinator,
+    group: str,
+    tps: Sequence[TopicPartition],
+    tables: tuple[TableStore, TableStore],
+    fs: ArrowFs,
+    committed: Mapping[TopicPartition, int | None] | None,
+    kafka: KafkaResource | None,
+    repair: bool,
+    now: float | None,
+) -> GroupAudit:
+    """Every partition of a table sink, and the unreferenced data files outside the ledger's partitions."""
+    from cohort.pipelines.table_audit import delete_unreferenced, unreferenced_outside, unreferenced_table_files
+
+    on_disk = unreferenced_table_files(tables, now=time.time() if now is None else now)
+    audits = [_audit_table(coordinator, group, tp, tables, fs, committed, kafka, repair, on_disk) for tp in tps]
+    outside = unreferenced_outside(on_disk, tps)
+    repaired: list[str] = []
+    if repair and outside:
+        paths = on_disk.outside_paths(tps)
+        delete_unreferenced(fs, paths)
+        repaired.append(f"deleted {len(paths)} data files outside the ledger's partitions that no version references")
+        outside = unreferenced_outside(on_disk.without(paths), tps)
+    notes = []
+    young = sum(on_disk.young.values())
+    if young:
+        notes.append(
+            f"{young} data file{'' if young == 1 else 's'} no table version references yet, newer than the grace "
+            "period: left alone (a commit may be in flight)"
+        )
+    return GroupAudit(tuple(audits), tuple(outside), tuple(repaired), tuple(notes))
 
 
 def _audit(
@@ -153,7 +220,8 @@ def _audit(
     in_kafka = committed.get(tp) if committed is not None else None
     findings = records.audit(in_kafka, compare_kafka=committed is not None)
     sink_dirs, quarantine_dirs = len(records.outputs["sink"]), len(records.outputs["quarantine"])
-    return PartitionAudit(tp, records.head, in_kafka, sink_dirs, quarantine_dirs, tuple(findings))
+    pending = records.pending.describe() if records.pending is not None else None
+    return PartitionAudit(tp, records.head, in_kafka, sink_dirs, quarantine_dirs, tuple(findings), pending=pending)
 
 
 def _audit_table(
@@ -165,22 +233,39 @@ def _audit_table(
     committed: Mapping[TopicPartition, int | None] | None,
     kafka: KafkaResource | None,
     repair: bool,
+    on_disk: TableFiles,
 ) -> PartitionAudit:
     """One partition of a table sink: audited, and with `repair` repaired and audited again."""
     from cohort.pipelines.table_audit import audit_table_partition, repair_table_partition
 
-    def audited(kafka_offsets: Mapping[TopicPartition, int | None] | None) -> tuple[Any, PartitionAudit]:
+    def audited(
+        kafka_offsets: Mapping[TopicPartition, int | None] | None, files: TableFiles
+    ) -> tuple[Any, PartitionAudit]:
         found = audit_table_partition(
-            coordinator, group, tp, tables, fs, (kafka_offsets or {}).get(tp), compare_kafka=kafka_offsets is not None
+            coordinator,
+            group,
+            tp,
+            tables,
+            fs,
+            (kafka_offsets or {}).get(tp),
+            compare_kafka=kafka_offsets is not None,
+            on_disk=files,
         )
         outputs = found.records.outputs
         in_kafka = (kafka_offsets or {}).get(tp)
+        pending = found.records.pending.describe() if found.records.pending is not None else None
         summary = PartitionAudit(
-            tp, found.records.head, in_kafka, len(outputs["sink"]), len(outputs["quarantine"]), found.findings
+            tp,
+            found.records.head,
+            in_kafka,
+            len(outputs["sink"]),
+            len(outputs["quarantine"]),
+            found.findings,
+            pending=pending,
         )
         return found, summary
 
-    found, summary = audited(committed)
+    found, summary = audited(committed, on_disk)
     if not repair or not summary.findings:
         return summary
     done = repair_table_partition(found, group, coordinator.standalone_ledger(group), tables, fs)
@@ -191,7 +276,7 @@ def _audit_table(
             done.append(f"mirrored offset {head} to Kafka")
     if not done:
         return summary
-    _, again = audited(_kafka_committed(kafka, group, [tp]))
+    _, again = audited(_kafka_committed(kafka, group, [tp]), on_disk.without(found.unreferenced))
     return replace(again, repaired=tuple(done))
 
 
@@ -235,19 +320,28 @@ def _repair(
     if not done:
         return audit
     again = _audit(coordinator, group, tp, layouts, fs, _kafka_committed(kafka, group, [tp]))
-    return PartitionAudit(
-        tp, again.head, again.kafka_committed, again.sink_dirs, again.quarantine_dirs, again.findings, tuple(done)
-    )
+    return replace(again, repaired=tuple(done))
 
 
-def _print(group: str, audits: list[PartitionAudit], as_json: bool, *, compared_kafka: bool) -> None:
+def _print(group: str, found: GroupAudit, as_json: bool, *, compared_kafka: bool) -> None:
+    audits = found.audits
     if as_json:
-        ok = not any(a.findings for a in audits)
-        click.echo(json.dumps({"group": group, "ok": ok, "partitions": [a.as_dict() for a in audits]}))
+        payload = {
+            "group": group,
+            "ok": found.ok,
+            "partitions": [a.as_dict() for a in audits],
+            "elsewhere": [
+                {"where": f.where, "path": f.path, "problem": f.message, "repair": f.repair} for f in found.outside
+            ],
+            "repaired": list(found.repaired),
+            "notes": list(found.notes),
+        }
+        click.echo(json.dumps(payload))
         return
     from cohort.cli.tables import print_table
     from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS
 
+    hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
     columns = ["TOPIC", "PARTITION", "LEDGER", "KAFKA", "SINK-DIRS", "QUARANTINE-DIRS", "STATUS"]
     rows = [
         [
@@ -257,17 +351,25 @@ def _print(group: str, audits: list[PartitionAudit], as_json: bool, *, compared_
             a.kafka_committed if compared_kafka else "(not read)",
             a.sink_dirs,
             a.quarantine_dirs,
-            "ok" if not a.findings else f"{len(a.findings)} problem(s)",
+            f"{len(a.findings)} problem(s)" if a.findings else "replay pending" if a.pending else "ok",
         ]
         for a in audits
     ]
     print_table(f"Audit of group {group}", columns, rows)
     for audit in audits:
+        if audit.pending:
+            click.echo(f"{audit.tp}: pending: {audit.pending}")
         for line in audit.repaired:
             click.echo(f"{audit.tp}: repaired: {line}")
         for finding in audit.findings:
-            hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
             hint = f" ({hints[finding.repair]})" if finding.repair and not audit.repaired else ""
             click.echo(f"{audit.tp} {finding.where}: {finding.message}{hint}")
+    for line in found.repaired:
+        click.echo(f"repaired: {line}")
+    for outside in found.outside:
+        hint = f" ({hints[outside.repair]})" if outside.repair and not found.repaired else ""
+        click.echo(f"{outside.where}: {outside.message}{hint}")
+    for note in found.notes:
+        click.echo(f"note: {note}")
     if not audits:
         click.echo(f"group {group!r} has committed nothing yet: nothing to audit")

@@ -1,16 +1,14 @@
-"""`cohort reset-offsets`: from the command's options to a reset plan, and from the plan to the ledger and Kafka.
+"""`cohort reset-offsets`: from the command's options to a reset, and its plan printed.
 
-Reading the options (`ResetOptions.target`, `ResetOptions.partitions`) and planning
-(`cohort.assignment.resets.plan_reset`) are plain values; `reset_group` does the I/O: Kafka's watermarks and
-offsets-for-times, the ledger's reset entries (`Coordinator.reset_offsets`) and the mirror to Kafka's
+Reading the options (`ResetOptions.target`, `ResetOptions.selection`) gives plain values; `reset_group` checks
+the partitions against Kafka and applies the reset through `cohort.pipelines.offset_reset.apply_reset`, the path a
+replay run started from an orchestrator takes too: the plan, the ledger's reset entries, the mirror to Kafka's
 committed offsets. A dry run reads only.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,9 +16,9 @@ from datetime import UTC, datetime
 import click
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.resets import PartitionReset, ResetTarget, parse_datetime, parse_duration, plan_reset
+from cohort.assignment.resets import PartitionReset, ResetTarget, parse_datetime, parse_duration
 from cohort.common.names import InvalidNameError, validate_topic_name
-from cohort.common.types import OffsetRange, TopicPartition
+from cohort.common.types import TopicPartition
 
 __all__ = ["ResetOptions", "reset_group"]
 
@@ -109,15 +107,6 @@ def _partitions(selection: Mapping[str, tuple[int, ...] | None], counts: Mapping
     return found
 
 
-def _actor() -> str:
-    """Who resets: the user and host, as the ledger records them."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 def reset_group(
     coordinator: Coordinator,
     group: str,
@@ -132,45 +121,44 @@ def reset_group(
     """Plan the reset (and apply it with `execute`), print the plan, return it."""
     from cohort.assignment.errors import CoordinatorError
     from cohort.cli.kafka import kafka_errors, kafka_for
-    from cohort.pipelines.kafka_client import offsets_for_times
-    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, MirrorError
+    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
+    from cohort.pipelines.offset_reset import OperatorLedger, apply_reset
 
     target = options.target(now or datetime.now(UTC))
     selection = options.selection()
     kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
-    with kafka_errors(_KAFKA_TIMEOUT_S):
-        if options.all_topics:
-            counts = dict(coordinator.describe_group(group).partitions_per_topic)
-            if not counts:
-                raise click.ClickException(f"group {group!r} knows no topics yet: name them with --topic")
-            selection = dict.fromkeys(counts)
-            counts = kafka.partition_counts(sorted(counts))
-        else:
-            counts = kafka.partition_counts(sorted(selection))
-        partitions = _partitions(selection, counts)
-        marks = kafka.watermarks(partitions)
-        times = None
-        if target.timestamp_ms is not None:
-            times = offsets_for_times(kafka.client_config(), partitions, target.timestamp_ms)
-    current = coordinator.fetch_offsets(group, partitions)
-    plans = plan_reset(target, current, marks, times)
-    moves = {p.tp: p.new for p in plans if p.changes}
-    warning = None
-    if execute and moves:
-        try:
-            coordinator.reset_offsets(group, moves, actor=_actor(), reason=reason)
-        except CoordinatorError as exc:
-            raise click.ClickException(f"cannot reset offsets of group {group!r}: {exc.message}") from None
-        mirror = KafkaOffsetMirror(kafka.client_config(), attempts=3, timeout_s=_KAFKA_TIMEOUT_S)
-        try:
-            mirror.mirror(group, [OffsetRange(tp.topic, tp.partition, o, o) for tp, o in moves.items()], run_id=None)
-        except MirrorError as exc:
-            warning = f"warning: {exc}; the group's next batch mirrors its offsets"
-    kafka.close()
-    _report(group, target, plans, executed=execute, as_json=as_json)
-    if warning:
-        click.echo(warning, err=True)
-    return plans
+    mirror = KafkaOffsetMirror(kafka.client_config(), attempts=3, timeout_s=_KAFKA_TIMEOUT_S)
+    try:
+        with kafka_errors(_KAFKA_TIMEOUT_S):
+            if options.all_topics:
+                counts = dict(coordinator.describe_group(group).partitions_per_topic)
+                if not counts:
+                    raise click.ClickException(f"group {group!r} knows no topics yet: name them with --topic")
+                selection = dict.fromkeys(counts)
+                counts = kafka.partition_counts(sorted(counts))
+            else:
+                counts = kafka.partition_counts(sorted(selection))
+            partitions = _partitions(selection, counts)
+            ledger = OperatorLedger(coordinator, group)
+            try:
+                done = apply_reset(
+                    ledger,
+                    target,
+                    partitions,
+                    kafka.client_config(),
+                    mirror,
+                    reason=reason,
+                    execute=execute,
+                    timeout_s=_KAFKA_TIMEOUT_S,
+                )
+            except CoordinatorError as exc:
+                raise click.ClickException(f"cannot reset offsets of group {group!r}: {exc.message}") from None
+    finally:
+        kafka.close()
+    _report(group, target, done.plans, executed=execute, as_json=as_json)
+    if done.mirror_error:
+        click.echo(f"warning: {done.mirror_error}; the group's next batch mirrors its offsets", err=True)
+    return list(done.plans)
 
 
 def _report(group: str, target: ResetTarget, plans: Sequence[PartitionReset], *, executed: bool, as_json: bool) -> None:

@@ -259,6 +259,7 @@ def _audit(
         instance=instance,
         asset_key=T.get_asset_key(DEMO_GROUP, DEMO_TOPIC),
         kafka=kafka,
+        full=True,
     )
     events = coordinator.group_events(DEMO_GROUP)
     rebalances = sum(1 for _, e in events if e.kind is EventKind.GENERATION and not e.reason.startswith("empty"))

@@ -1,21 +1,38 @@
 """The slot task's audit trail: which ledger ranges no asset event shows yet, and their records.
 
 A real SQLite store and a real member of the slot commit the ranges; the events are plain values shaped like
-Airflow's (an `extra` per event, read through the group's alias). tests/airflow/test_airflow_e2e.py runs the
-same through Airflow's processes (a try killed after its commit, reported by the next try).
+Airflow's (an `extra` and a `timestamp` per event, read through the group's alias, filtered by `after` as Airflow's
+accessor filters them; Airflow itself is a capability these unit tests leave out). tests/airflow/test_airflow_e2e.py
+runs the same through Airflow's processes (a try killed after its commit, reported by the next try).
 """
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cohort.airflow.lineage import group_alias, topic_uri
-from cohort.airflow.slot import ledger_run_id, shown_ranges, unreported_ranges
+from cohort.airflow.slot import earlier_ranges, ledger_run_id
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.types import OffsetRange
 
+_START = datetime(2026, 11, 27, tzinfo=UTC)
+
 
 class Event:
-    def __init__(self, **extra):
+    def __init__(self, second: int, **extra):
         self.extra = extra
+        self.timestamp = _START + timedelta(seconds=second)
+
+
+class Alias(list):
+    """The events of one alias; `after` keeps those at or after a time, as Airflow's inlet-events accessor does."""
+
+    def __init__(self, events, asked):
+        super().__init__(events)
+        self.asked = asked
+
+    def after(self, when):
+        self.asked.append(when)
+        return Alias([e for e in self if e.timestamp >= datetime.fromisoformat(when)], self.asked)
 
 
 def test_ranges_the_slot_committed_without_an_event_are_reported_once_by_the_next_task(tmp_path: Path):
@@ -33,26 +50,24 @@ def test_ranges_the_slot_committed_without_an_event_are_reported_once_by_the_nex
         member.close(leave=True)
 
         # the killed task's events never registered; one of another slot's and a foreign event are there
-        events = {
-            group_alias("g"): [
-                Event(
-                    **{"cohort/topic": "t", "cohort/partition": 1, "cohort/from_offset": 0, "cohort/until_offset": 5}
-                ),
-                Event(note="not Cohort's"),
-            ]
-        }
-        shown = shown_ranges(events, "g")
-        assert shown == {("t", 1, 0, 5)}
+        asked: list[str] = []
+        shown_p1 = {"cohort/topic": "t", "cohort/partition": 1, "cohort/from_offset": 0, "cohort/until_offset": 5}
+        events = {group_alias("g"): Alias([Event(1, **shown_p1), Event(2, note="not Cohort's")], asked)}
         reporter = ledger_run_id("cohort__g", "signalled-2", 1, 1)
-        found = unreported_ranges(group, coordinator, {"t": 2}, 1, shown, reporter)
+        # slot 2 reports nothing of slot 1's
+        assert earlier_ranges(group, coordinator, {"t": 2}, 2, events, "x") == []
+        found = earlier_ranges(group, coordinator, {"t": 2}, 1, events, reporter)
         counted = [(r.partition, r.from_offset, r.until_offset, r.records, r.quarantined) for r in found]
         assert counted == [(0, 0, 10, 9, 1)]
         extra = found[0].as_extra()
         assert extra["cohort/run_id"] == killed and extra["cohort/reported_by"] == reporter
         assert extra["cohort/instance_id"] == "g/worker-1" and extra["cohort/member"]
-        # slot 2 reports nothing of slot 1's; with every range shown, nothing is left
-        assert unreported_ranges(group, coordinator, {"t": 2}, 2, shown, "x") == []
-        assert unreported_ranges(group, coordinator, {"t": 2}, 1, shown | {("t", 0, 0, 10)}, "x") == []
+        # the next task sees the reported range's event: nothing is left, and only events since the marks are asked
+        shown_p0 = {"cohort/topic": "t", "cohort/partition": 0, "cohort/from_offset": 0, "cohort/until_offset": 10}
+        events[group_alias("g")].append(Event(3, **shown_p0))
+        assert earlier_ranges(group, coordinator, {"t": 2}, 1, events, "x") == []
+        assert earlier_ranges(group, coordinator, {"t": 2}, 1, events, "x") == []
+        assert asked[-1] == (_START + timedelta(seconds=1)).isoformat()  # the earliest partition's cursor
         assert topic_uri("broker:9092", "t") == "kafka://broker:9092/t"
     finally:
         coordinator.close()

@@ -211,6 +211,7 @@ def _audits(
             instance=instance,
             asset_key=translator.get_asset_key(group, topic),
             kafka=kafka,
+            full=True,
         )
     from cohort.assets.audit import audit_partition
     from cohort.common.types import TopicPartition
