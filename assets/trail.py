@@ -25,7 +25,7 @@ EVENT_PAGE = 1_000
 """Materializations fetched per event-log query."""
 
 
-def dagster_trail_name(host_slots: tuple[int, ...] | None = None) -> str:
+def dagster_trail_name(host_slots: Sequence[int] | None = None) -> str:
     """The trail's name in the store's marks: one per Dagster instance sharing a group (its slots name it)."""
     if not host_slots:
         return "dagster"
@@ -89,7 +89,7 @@ def read_dagster_trail(
     asset_key: Callable[[str], dg.AssetKey],
     partitions: Sequence[TopicPartition],
     *,
-    host_slots: tuple[int, ...] | None,
+    host_slots: Sequence[int] | None,
     full: bool = False,
 ) -> dict[TopicPartition, TrailReading]:
     """The group's ledger against this instance's materializations since each partition's mark (all of it with

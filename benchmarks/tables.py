@@ -28,6 +28,7 @@ delta-rs and pyiceberg commits run in the driver), the broker separately.
 Usage:
     python -m benchmarks.tables            # 1M records, 3 rounds, 60 small batches of 1,000
     python -m benchmarks.tables --quick    # 200k records
+    python -m benchmarks.tables --commits 1000   # only commit latency over 1000 commits, with/without retention
 
 The last line printed is one JSON object: {"records", "parquet_rate", "delta_rate", "iceberg_rate",
 "ratio_delta_vs_parquet", "ratio_iceberg_vs_parquet", "cpu_s_per_1m", "commit_ms", "reconcile_ms", ...}; rates
@@ -355,7 +356,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (after one warm-up landing per format)")
     parser.add_argument("--small-batches", type=int, default=60, help="small batches per format (commit latency)")
     parser.add_argument("--small-records", type=int, default=1_000, help="records per small batch")
+    parser.add_argument(
+        "--commits", type=int, default=None, help="only: N one-file commits per format, with and without retention"
+    )
     args = parser.parse_args()
+    if args.commits is not None:  # the store-level retention run (benchmarks.table_commits), nothing else
+        from benchmarks.table_commits import main as commits_main
+
+        commits_main(["--commits", str(args.commits)])
+        return
     count = args.records or (200_000 if args.quick else 1_000_000)
     per_1m = 1_000_000 / count
     began = time.perf_counter()

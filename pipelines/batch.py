@@ -68,6 +68,7 @@ from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionR
 from cohort.pipelines.sink import HadoopFs, SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.staging_collect import staging_roots, tidy_staging
 
 __all__ = ["connect_problem", "plan_for", "run_batch"]
 
@@ -482,6 +483,7 @@ def run_batch(
         if step in ("staging", "refused", "published"):
             sink.discard_staging(fs, attempt)
             quarantine.discard_staging(fs, attempt)
+    tidy_staging(fs, staging_roots(spec.sink_path, spec.quarantine_root), ledger)
     mirror_error = None
     if mirror is not None:
         with _timed(stages, "mirror"):

@@ -21,6 +21,11 @@ How Cohort's table contract maps onto Delta:
 
 delta-rs checks nothing about added files (a missing file or a wrong size commits fine and breaks every later
 read), so each file is checked through delta-rs's own object store before the commit.
+
+**Retention** (cohort.pipelines.table_retention): a table this store creates keeps its log `history_s` and removed
+files `keep_s` plus a margin (`delta.logRetentionDuration`, `delta.deletedFileRetentionDuration`); after the commit
+that takes the table's version past a multiple of `every_commits`, the store vacuums the files removed more than
+`keep_s` ago and cleans up the log (cohort.pipelines.table_maintenance), outside the commit's compare-and-set.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.table_maintenance import run_safely, vacuum_delta
+from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention, delta_configuration, maintenance_due
 from cohort.pipelines.table_store import (
     BatchRecord,
     DataFile,
@@ -89,13 +96,22 @@ class DeltaTableStore:
 
     root: str
 
-    def __init__(self, root: str, *, storage_options: Mapping[str, str] | None = None, max_attempts: int = 8):
+    def __init__(
+        self,
+        root: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        max_attempts: int = 8,
+        retention: TableRetention | None = DEFAULT_RETENTION,
+    ):
+        """`retention`: how long old versions are kept and how often the store cleans up (None: never)."""
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         stripped = root.rstrip("/")
         self.root = stripped or root
         self._options = dict(storage_options) if storage_options else None
         self._max_attempts = max_attempts
+        self._retention = retention
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -166,6 +182,7 @@ class DeltaTableStore:
                 table.create_write_transaction(
                     actions, mode="append", schema=table.schema(), commit_properties=properties
                 )
+                self._maintain(table.version())
                 return
             except CommitFailedError as error:
                 refusals, last_error = refusals + 1, _short(error)
@@ -174,6 +191,16 @@ class DeltaTableStore:
         raise TableConflictError(
             f"Delta table {self.root}: concurrent commits refused this one {refusals} times (last: {last_error})"
         )
+
+    def _maintain(self, based_on: int) -> None:
+        """The clean-up after a commit based on version `based_on` (its own version is at least the next one),
+        when that version passes a multiple of `every_commits`; a failure is logged, never raised."""
+        retention = self._retention
+        if retention is None or not maintenance_due(based_on, based_on + 1, retention.every_commits):
+            return
+        table = self._load()
+        if table is not None:
+            run_safely(self.root, lambda: vacuum_delta(table, retention))
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -189,8 +216,11 @@ class DeltaTableStore:
     def _create(self, schema: pa.Schema) -> DeltaTable | None:
         """Create the table (or find it created meanwhile); None when a concurrent creation got in the way."""
         try:
+            configuration = dict(_CONFIGURATION)
+            if self._retention is not None:
+                configuration.update(delta_configuration(self._retention))
             return DeltaTable.create(
-                self.root, schema=schema, mode="ignore", storage_options=self._options, configuration=_CONFIGURATION
+                self.root, schema=schema, mode="ignore", storage_options=self._options, configuration=configuration
             )
         except CommitFailedError:
             return None

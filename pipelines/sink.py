@@ -18,7 +18,9 @@ the run that committed it, finds that run's staged range by its markers and publ
 Publishing a committed range first deletes the partition's range directories that overlap it and do not
 carry its attempt's marker: they cannot be committed (committed ranges never overlap), so they are leftovers
 of an earlier version of this library, which published before committing. Crashes before the move leave
-only `_staging`, which readers ignore (names starting with `_`).
+only `_staging`, which readers ignore (names starting with `_`). The staging area of an attempt killed before
+its clean-up is deleted later, once nothing can need it (cohort.pipelines.staging_gc decides, staging_collect
+lists and deletes).
 
 Topic names are validated (cohort.common.names) before they reach a path; partitions must be ints >= 0.
 """
@@ -40,7 +42,9 @@ __all__ = [
     "SinkError",
     "SinkFs",
     "SinkLayout",
+    "TreeEntry",
     "attempt_id",
+    "attempt_run_tag",
     "default_quarantine_root",
     "parse_range_dir",
     "run_tag",
@@ -67,6 +71,14 @@ def attempt_id(run_id: str) -> str:
     return run_tag(run_id) + uuid.uuid4().hex
 
 
+def attempt_run_tag(name: str) -> str | None:
+    """The run tag an attempt id starts with, None for a name `attempt_id` cannot have made (something else
+    under `_staging`, left alone by the staging clean-up)."""
+    if len(name) != _RUN_TAG_LENGTH + 32 or any(c not in "0123456789abcdef" for c in name):
+        return None
+    return name[:_RUN_TAG_LENGTH]
+
+
 class SinkError(RuntimeError):
     """A sink operation failed: a rename or delete was refused, or the layout holds something unexpected."""
 
@@ -88,6 +100,16 @@ def parse_range_dir(name: str) -> tuple[str, int, int, int] | None:
     if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
         return None
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+@dataclass(frozen=True, order=True)
+class TreeEntry:
+    """A file or directory under a listed directory: its path relative to it ("" for the directory itself),
+    whether it is a directory, and when it last changed (epoch seconds)."""
+
+    path: str
+    is_dir: bool
+    mtime: float
 
 
 class SinkFs(Protocol):
@@ -164,6 +186,25 @@ class HadoopFs:
     def make_dirs(self, uri: str) -> None:
         path = self.path(uri)
         self._fs(path).mkdirs(path)
+
+    def tree(self, uri: str) -> list[TreeEntry]:
+        """`uri` itself and everything under it, recursively, with modification times; [] when it does not
+        exist (what the staging clean-up reads of an attempt: cohort.pipelines.staging_collect)."""
+        path = self.path(uri)
+        fs = self._fs(path)
+        if not fs.exists(path):
+            return []
+        root = fs.getFileStatus(path)
+        found = [TreeEntry("", bool(root.isDirectory()), root.getModificationTime() / 1000.0)]
+        pending = [("", path)] if root.isDirectory() else []
+        while pending:
+            prefix, current = pending.pop()
+            for status in fs.listStatus(current):
+                name = prefix + status.getPath().getName()
+                found.append(TreeEntry(name, bool(status.isDirectory()), status.getModificationTime() / 1000.0))
+                if status.isDirectory():
+                    pending.append((f"{name}/", status.getPath()))
+        return sorted(found)
 
     def can_swap(self, uri: str) -> bool:
         """Hadoop's FileSystem has no atomic swap of two directories."""

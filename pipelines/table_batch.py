@@ -49,7 +49,9 @@ from cohort.pipelines.replay_check import check_outputs, refuse_changed
 from cohort.pipelines.results import AdoptedRange, BatchResult
 from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.staging_collect import staging_roots, tidy_staging
 from cohort.pipelines.table_reconcile import LedgerPosition, Reconcile, ahead_of_ledger, problems, reconcile_partition
+from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention
 from cohort.pipelines.table_store import (
     BatchRecord,
     DataFile,
@@ -91,9 +93,14 @@ def open_tables(spec: PipelineSpec) -> TablePair:
     """The spec's sink and quarantine tables in its `table_format` (delta or iceberg)."""
     if spec.table_format == "iceberg":
         return table_pair(
-            "iceberg", spec.sink_path, spec.quarantine_root, spec.iceberg_catalog_url, spec.iceberg_identifiers
+            "iceberg",
+            spec.sink_path,
+            spec.quarantine_root,
+            spec.iceberg_catalog_url,
+            spec.iceberg_identifiers,
+            retention=spec.table_retention,
         )
-    return table_pair(spec.table_format, spec.sink_path, spec.quarantine_root)
+    return table_pair(spec.table_format, spec.sink_path, spec.quarantine_root, retention=spec.table_retention)
 
 
 def table_pair(
@@ -102,20 +109,24 @@ def table_pair(
     quarantine_root: str,
     catalog_url: str | None = None,
     identifiers: tuple[str, str] | None = None,
+    *,
+    retention: TableRetention | None = DEFAULT_RETENTION,
 ) -> TablePair:
     """The two tables of a sink: Delta tables at the roots, or Iceberg tables `identifiers` of the SQL catalog at
-    `catalog_url` located at the roots."""
+    `catalog_url` located at the roots; `retention`: how long they keep old versions (None: forever)."""
     if table_format == "delta":
         from cohort.pipelines.delta_store import DeltaTableStore
 
-        return TablePair(DeltaTableStore(sink_root), DeltaTableStore(quarantine_root))
+        return TablePair(
+            DeltaTableStore(sink_root, retention=retention), DeltaTableStore(quarantine_root, retention=retention)
+        )
     if table_format == "iceberg" and catalog_url is not None and identifiers is not None:
         from cohort.pipelines.iceberg_store import IcebergTableStore
 
         sink_id, quarantine_id = identifiers
         return TablePair(
-            IcebergTableStore(sink_root, catalog_url=catalog_url, identifier=sink_id),
-            IcebergTableStore(quarantine_root, catalog_url=catalog_url, identifier=quarantine_id),
+            IcebergTableStore(sink_root, catalog_url=catalog_url, identifier=sink_id, retention=retention),
+            IcebergTableStore(quarantine_root, catalog_url=catalog_url, identifier=quarantine_id, retention=retention),
         )
     raise ValueError(f"{table_format!r} is not a table format (delta; iceberg with a catalog and identifiers)")
 
@@ -493,6 +504,7 @@ def run_table_batch(
     finally:
         sink.discard_staging(fs, attempt)
         quarantine.discard_staging(fs, attempt)
+    tidy_staging(fs, staging_roots(spec.sink_path, spec.quarantine_root, spec.table_format), ledger)
     mirror_error = None
     if mirror is not None:
         with _timed(stages, "mirror"):

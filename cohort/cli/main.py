@@ -433,3 +433,13 @@ def _parse_counts(items: tuple[str, ...]) -> dict[str, int]:
             raise click.BadParameter(f"expected TOPIC:COUNT with COUNT >= 1, got {item!r}", param_hint="--partitions")
         counts[topic] = int(count)
     return counts
+
+
+def _register_gc() -> None:
+    """`cohort gc` lives in its own module (cohort.cli.gc) with its options."""
+    from cohort.cli.gc import gc_command
+
+    main.add_command(gc_command)
+
+
+_register_gc()
