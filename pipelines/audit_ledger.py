@@ -32,6 +32,8 @@ class AuditedRange:
     quarantined: int
     run_id: str | None
     gap: bool = False
+    folded: bool = False
+    """Ledger retention folded several committed ranges into this one: their directories tile it."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,13 @@ def fold_ledger(tp: TopicPartition, entries: Iterable[Any]) -> LedgerFold:
             continue
         commits.append(
             AuditedRange(
-                e.from_offset, e.until_offset, e.records, e.quarantined, e.run_id, gap=e.gap_reason is not None
+                e.from_offset,
+                e.until_offset,
+                e.records,
+                e.quarantined,
+                e.run_id,
+                gap=e.gap_reason is not None,
+                folded=bool(getattr(e, "is_fold", False)),
             )
         )
         reach = e.until_offset if reach is None else max(reach, e.until_offset)

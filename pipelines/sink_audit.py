@@ -272,6 +272,17 @@ def audit_sink_partition(
     return findings
 
 
+def _fold_dirs(
+    pieces: Sequence[Piece], dirs: Sequence[tuple[int, int, int]]
+) -> dict[Piece, list[tuple[int, int, int]]]:
+    """The directories inside each piece of a folded range (ledger retention: the ranges it stands for)."""
+    found: dict[Piece, list[tuple[int, int, int]]] = {}
+    for piece in pieces:
+        if piece.commit.folded:
+            found[piece] = [d for d in dirs if piece.from_offset <= d[0] and d[1] <= piece.until_offset]
+    return found
+
+
 def _rows(piece: Piece, where: str) -> int:
     return piece.commit.records if where == "sink" else piece.commit.quarantined
 
@@ -293,6 +304,8 @@ def _audit_output(
     )
     findings: list[SinkFinding] = []
     by_offsets = {(p.from_offset, p.until_offset): p for p in pieces}
+    folds = _fold_dirs(pieces, dirs)
+    in_folds = {(d[0], d[1]) for inside in folds.values() for d in inside}
     reach: tuple[int, int] | None = None  # the directory reaching furthest so far
     for b_from, b_until, _ in dirs:
         if reach is not None and b_from < reach[1]:
@@ -320,6 +333,8 @@ def _audit_output(
                     "output no commit accounts for; not repaired (it is not deleted: check where it came from)",
                 )
             )
+        elif piece is None and (from_offset, until_offset) in in_folds:
+            continue  # one of the ranges a fold stands for: counted with the fold below
         elif piece is None:
             findings.append(
                 SinkFinding(
@@ -338,7 +353,31 @@ def _audit_output(
                     "rewrite it)",
                 )
             )
+    for piece, inside in folds.items():
+        if (piece.from_offset, piece.until_offset) in held:
+            continue  # a fold of one directory: compared above like any range
+        rows = [n for _a, _b, n in inside]
+        expected = _rows(piece, where)
+        if piece.whole and expected and not inside:
+            findings.append(
+                SinkFinding(
+                    tp,
+                    where,
+                    f"folded range [{piece.from_offset}, {piece.until_offset}) ({expected} rows) has no directory",
+                )
+            )
+        elif piece.whole and rows and min(rows) >= 0 and sum(rows) != expected:
+            findings.append(
+                SinkFinding(
+                    tp,
+                    where,
+                    f"the {len(rows)} directories of folded range [{piece.from_offset}, {piece.until_offset}) hold "
+                    f"{sum(rows)} rows, the ledger says {expected}; not repaired (replay the offsets to rewrite them)",
+                )
+            )
     for piece in pieces:
+        if piece.commit.folded and piece in folds and (piece.from_offset, piece.until_offset) not in held:
+            continue
         if piece.whole and _rows(piece, where) and (piece.from_offset, piece.until_offset) not in held:
             findings.append(
                 SinkFinding(
