@@ -356,7 +356,7 @@ def _audit_output(
     for piece, inside in folds.items():
         if (piece.from_offset, piece.until_offset) in held:
             continue  # a fold of one directory: compared above like any range
-        rows = [n for _a, _b, n in inside]
+        counted = [n for _a, _b, n in inside]
         expected = _rows(piece, where)
         if piece.whole and expected and not inside:
             findings.append(
@@ -366,13 +366,14 @@ def _audit_output(
                     f"folded range [{piece.from_offset}, {piece.until_offset}) ({expected} rows) has no directory",
                 )
             )
-        elif piece.whole and rows and min(rows) >= 0 and sum(rows) != expected:
+        elif piece.whole and counted and min(counted) >= 0 and sum(counted) != expected:
             findings.append(
                 SinkFinding(
                     tp,
                     where,
-                    f"the {len(rows)} directories of folded range [{piece.from_offset}, {piece.until_offset}) hold "
-                    f"{sum(rows)} rows, the ledger says {expected}; not repaired (replay the offsets to rewrite them)",
+                    f"the {len(counted)} directories of folded range [{piece.from_offset}, {piece.until_offset}) "
+                    f"hold {sum(counted)} rows, the ledger says {expected}; not repaired (replay the offsets to "
+                    "rewrite them)",
                 )
             )
     for piece in pieces:
