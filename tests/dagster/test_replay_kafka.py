@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cohort.assets.replay import REPLAY_TAG
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
@@ -60,6 +62,7 @@ def audit(setup: Setup, group: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.slow  # several worker-job runs on Spark (minutes on two cores): `make test-all`
 def test_a_dagster_replay_moves_kafka_and_records_its_reset_as_the_cli_does(
     make_setup, topic_factory, produce_records, instance, kafka_config, spark
 ):
