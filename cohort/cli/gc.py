@@ -1,4 +1,5 @@
-"""`cohort gc GROUP --sink PATH`: delete what killed batch attempts left behind (a dry run unless --execute).
+"""What `cohort gc GROUP --sink PATH` does: delete what killed batch attempts left behind (a dry run unless
+--execute). The command and its options are declared in cohort.cli.main with the others.
 
 The staging areas under the sink's and the quarantine's `_staging` (or a table sink's two tables') are judged by
 `cohort.pipelines.staging_gc`: an attempt's area goes once its run is not a live member of the group, nothing
@@ -12,7 +13,6 @@ deployment can schedule it.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,74 +29,7 @@ if TYPE_CHECKING:
     from cohort.cli.audit import SinkTarget
     from cohort.pipelines.table_store import TableStore
 
-__all__ = ["GcOutcome", "gc_command", "gc_group", "parse_grace"]
-
-
-@click.command("gc")
-@click.argument("group")
-@click.option(
-    "--store-url",
-    envvar="COHORT_STORE_URL",
-    default=None,
-    help="SQLAlchemy URL of the coordinator's store (env COHORT_STORE_URL; default: cohort/cohort.db in the "
-    "user's data directory, printed when used).",
-)
-@click.option("--sink", "sink", required=True, help="The group's sink root (PipelineSpec.sink_path).")
-@click.option("--quarantine", default=None, help="The quarantine root (default: <sink>/_quarantine).")
-@click.option(
-    "--table-format",
-    type=click.Choice(["auto", "parquet", "delta", "iceberg"]),
-    default="auto",
-    show_default=True,
-    help="The sink's format (auto: a Delta log or Iceberg metadata under --sink, else Parquet range directories).",
-)
-@click.option(
-    "--iceberg-catalog",
-    envvar="COHORT_ICEBERG_CATALOG",
-    default=None,
-    help="The Iceberg SQL catalog's SQLAlchemy URL (env COHORT_ICEBERG_CATALOG; default <sink>/_catalog.sqlite).",
-)
-@click.option("--iceberg-table", default=None, help="The Iceberg table identifier (default cohort.<sink's name>).")
-@click.option(
-    "--grace",
-    default="PT1H",
-    show_default=True,
-    help="How long a staging area must have been left unchanged (an ISO 8601 duration: PT1H, P1D).",
-)
-@click.option("--execute", is_flag=True, help="Delete (without it: a dry run that prints what would go).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
-def gc_command(
-    group: str,
-    store_url: str | None,
-    sink: str,
-    quarantine: str | None,
-    table_format: str,
-    iceberg_catalog: str | None,
-    iceberg_table: str | None,
-    grace: str,
-    execute: bool,
-    as_json: bool,
-) -> None:
-    """Delete the staging areas killed batches left under GROUP's sink; dry run unless --execute.
-
-    An area goes once its run is not a live member of the group, nothing in it changed for --grace and no
-    committed range waits in it to be published (docs/sink.md). For a Delta or Iceberg sink, the data files no
-    version of the table references go too (older than 24 hours, as `cohort audit` finds them), except a live
-    run's. Runs while the group has members: schedule it.
-    """
-    from cohort.cli.audit import SinkTarget
-    from cohort.cli.main import _coordinator, _require_group
-    from cohort.common.names import InvalidNameError, validate_group_name
-
-    try:
-        validate_group_name(group)
-    except InvalidNameError as exc:
-        raise click.ClickException(str(exc)) from None
-    grace_s = parse_grace(grace)
-    target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
-        gc_group(coordinator, group, target, now=time.time(), grace_s=grace_s, execute=execute, as_json=as_json)
+__all__ = ["GcOutcome", "gc_group", "parse_grace"]
 
 
 def parse_grace(text: str) -> float:

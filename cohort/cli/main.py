@@ -74,6 +74,37 @@ _STORE = click.option(
     "user's data directory, printed when used).",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
+
+
+def _sink_target(command: Callable[..., None]) -> Callable[..., None]:
+    """The options that name a group's sink (`audit`, `gc`): its root, quarantine, format and Iceberg table."""
+    options = [
+        click.option("--sink", "sink", required=True, help="The group's sink root (PipelineSpec.sink_path)."),
+        click.option("--quarantine", default=None, help="The quarantine root (default: <sink>/_quarantine)."),
+        click.option(
+            "--table-format",
+            type=click.Choice(["auto", "parquet", "delta", "iceberg"]),
+            default="auto",
+            show_default=True,
+            help="The sink's format (auto: a Delta log or Iceberg metadata under --sink, else Parquet range "
+            "directories).",
+        ),
+        click.option(
+            "--iceberg-catalog",
+            envvar="COHORT_ICEBERG_CATALOG",
+            default=None,
+            help="The Iceberg SQL catalog's SQLAlchemy URL (env COHORT_ICEBERG_CATALOG; default "
+            "<sink>/_catalog.sqlite).",
+        ),
+        click.option(
+            "--iceberg-table", default=None, help="The Iceberg table identifier (default cohort.<sink's name>)."
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 _KAFKA_TIMEOUT_S = 3.0
 """How long `describe --bootstrap-servers` waits for Kafka's answers before it gives up."""
 
@@ -260,28 +291,13 @@ def reset_offsets(
 @main.command()
 @click.argument("group", callback=_group_name)
 @_STORE
-@click.option("--sink", "sink", required=True, help="The group's sink root (PipelineSpec.sink_path).")
-@click.option("--quarantine", default=None, help="The quarantine root (default: <sink>/_quarantine).")
+@_sink_target
 @click.option(
     "--bootstrap-servers",
     envvar="COHORT_BOOTSTRAP_SERVERS",
     default=None,
     help="Kafka bootstrap servers, to compare Kafka's committed offsets too (env COHORT_BOOTSTRAP_SERVERS).",
 )
-@click.option(
-    "--table-format",
-    type=click.Choice(["auto", "parquet", "delta", "iceberg"]),
-    default="auto",
-    show_default=True,
-    help="The sink's format (auto: a Delta log or Iceberg metadata under --sink, else Parquet range directories).",
-)
-@click.option(
-    "--iceberg-catalog",
-    envvar="COHORT_ICEBERG_CATALOG",
-    default=None,
-    help="The Iceberg SQL catalog's SQLAlchemy URL (env COHORT_ICEBERG_CATALOG; default <sink>/_catalog.sqlite).",
-)
-@click.option("--iceberg-table", default=None, help="The Iceberg table identifier (default cohort.<sink's name>).")
 @click.option("--repair", is_flag=True, help="Apply the safe repairs (needs the group without members).")
 @_JSON
 def audit(
@@ -347,6 +363,49 @@ def compact(group: str, store_url: str | None, before: str, keep_events: int, ex
     with _coordinator(store_url) as coordinator:
         _require_group(coordinator, group)
         compact_group(coordinator, group, cutoff, keep_events=keep_events, execute=execute, as_json=as_json)
+
+
+@main.command()
+@click.argument("group", callback=_group_name)
+@_STORE
+@_sink_target
+@click.option(
+    "--grace",
+    default="PT1H",
+    show_default=True,
+    help="How long a staging area must have been left unchanged (an ISO 8601 duration: PT1H, P1D).",
+)
+@click.option("--execute", is_flag=True, help="Delete (without it: a dry run that prints what would go).")
+@_JSON
+def gc(
+    group: str,
+    store_url: str | None,
+    sink: str,
+    quarantine: str | None,
+    table_format: str,
+    iceberg_catalog: str | None,
+    iceberg_table: str | None,
+    grace: str,
+    execute: bool,
+    as_json: bool,
+) -> None:
+    """Delete the staging areas killed batches left under GROUP's sink; dry run unless --execute.
+
+    An area goes once its run is not a live member of the group, nothing in it changed for --grace and no
+    committed range waits in it to be published (docs/sink.md). For a Delta or Iceberg sink, the data files no
+    version of the table references go too (older than 24 hours, as `cohort audit` finds them), except a live
+    run's. Runs while the group has members: schedule it.
+    """
+    import time
+
+    from cohort.cli.audit import SinkTarget
+    from cohort.cli.gc import gc_group, parse_grace
+
+    grace_s = parse_grace(grace)
+    target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
+    with _coordinator(store_url) as coordinator:
+        _require_group(coordinator, group)
+        gc_group(coordinator, group, target, now=time.time(), grace_s=grace_s, execute=execute, as_json=as_json)
 
 
 @main.command()
@@ -433,13 +492,3 @@ def _parse_counts(items: tuple[str, ...]) -> dict[str, int]:
             raise click.BadParameter(f"expected TOPIC:COUNT with COUNT >= 1, got {item!r}", param_hint="--partitions")
         counts[topic] = int(count)
     return counts
-
-
-def _register_gc() -> None:
-    """`cohort gc` lives in its own module (cohort.cli.gc) with its options."""
-    from cohort.cli.gc import gc_command
-
-    main.add_command(gc_command)
-
-
-_register_gc()

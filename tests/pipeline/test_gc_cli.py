@@ -6,23 +6,25 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from click.testing import CliRunner
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
-from cohort.cli.gc import gc_command
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs
 from cohort.pipelines.sink import SinkLayout, attempt_id
 
 TP = TopicPartition("t", 0)
+
+COHORT = str(Path(sys.executable).with_name("cohort"))
 
 
 def _stage(layout: SinkLayout, attempt: str, rows: int, *, prepared: tuple[int, int] | None = None) -> None:
@@ -41,9 +43,11 @@ def _age(path: Path, seconds: float) -> None:
 
 
 def _gc(*args: str) -> tuple[int, dict[str, Any], str]:
-    done = CliRunner().invoke(gc_command, [*args, "--json"])
-    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
-    return done.exit_code, json.loads(done.output) if done.exit_code == 0 else {}, done.output
+    """`cohort gc ... --json` run as the user runs it (a subprocess)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
+    done = subprocess.run([COHORT, "gc", *args, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout) if done.returncode == 0 else {}, done.stdout + done.stderr
 
 
 def _member(coordinator: Coordinator, group: str, run: str) -> GroupMember:
