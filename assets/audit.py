@@ -158,9 +158,7 @@ def gather_audits(
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     marks: Mapping[TopicPartition, tuple[int, int]] = kafka.watermarks(tps)
     in_kafka = kafka.committed_offsets(group, tps)
-    slots = host_slots if several_instances else None
-    if several_instances and slots is None:
-        slots = ()
+    slots = (host_slots or ()) if several_instances else None
     readings = read_dagster_trail(
         instance, coordinator, group, lambda _topic: asset_key, tps, host_slots=slots, full=full
     )

@@ -41,12 +41,13 @@ def read_trail(
     *,
     elsewhere: Callable[[LedgerEntry], bool] | None = None,
     full: bool = False,
+    marks: Mapping[TopicPartition, TrailMark] | None = None,
 ) -> dict[TopicPartition, TrailReading]:
-    """The reading of each partition since its mark in `trail` (since the start with `full`)."""
-    marks: Mapping[TopicPartition, TrailMark]
+    """The reading of each partition since its mark in `trail` (since the start with `full`); `marks`: the marks
+    when the caller has just read them (its source needed them), so they are not read twice."""
     if full:
         marks = {tp: TrailMark.start(tp.topic, tp.partition) for tp in partitions}
-    else:
+    elif marks is None:
         marks = coordinator.trail_marks(group, trail, partitions)
     readings = {}
     for tp in partitions:

@@ -103,9 +103,8 @@ def earlier_ranges(
     then move on over what the events show: cohort.assignment.trail), whatever the history's length."""
     partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items()) for p in range(count)]
     marks = coordinator.trail_marks(group.group, AIRFLOW_TRAIL, partitions)
-    readings = read_trail(
-        coordinator, group.group, AIRFLOW_TRAIL, partitions, AirflowTrail(inlet_events, group.group, marks)
-    )
+    source = AirflowTrail(inlet_events, group.group, marks)
+    readings = read_trail(coordinator, group.group, AIRFLOW_TRAIL, partitions, source, marks=marks)
     settle_trail(coordinator, group.group, AIRFLOW_TRAIL, readings)
     instance = group.instance_id(slot)
     return [
