@@ -66,6 +66,8 @@ __all__ = [
 ]
 
 REGISTRY_RESOURCE_KEY = "schema_registry"
+TRAIL_READ_LOG = "audit trail read in"
+"""How a batch run's log line on its start-up cost begins (the unreported-range report; the soak reads it)."""
 """The Definitions' key of the `SchemaRegistryResource` (groups reading a registry format take it from there)."""
 
 
@@ -294,16 +296,21 @@ def _batch(
         )
     counts = kafka.subscribed_partition_counts(group.topics, group.topic_pattern)
     instance_ids = {group.instance_id(s) for s in slots}
-    yield from unreported_materializations(
-        context.instance,
-        group.get_coordinator(),
-        config,
-        translator,
-        instance_ids,
-        counts,
-        op.run_id,
-        rerun_of=run_tags.get(RERUN_TAG),
+    began = time.perf_counter()
+    earlier = list(
+        unreported_materializations(
+            context.instance,
+            group.get_coordinator(),
+            config,
+            translator,
+            instance_ids,
+            counts,
+            op.run_id,
+            rerun_of=run_tags.get(RERUN_TAG),
+        )
     )
+    context.log.info(f"{TRAIL_READ_LOG} {(time.perf_counter() - began) * 1000:.0f} ms: {len(earlier)} earlier ranges")
+    yield from earlier
     config = _with_reader_schemas(config, registry, counts.keys())  # after the report of earlier commits
     outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner, replay)
     pipeline = config.pipeline
