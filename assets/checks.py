@@ -13,7 +13,7 @@ whatever else readers read there), or of the tables' files and marks (cohort.pip
 offset reset left pending passes, and is said.
 """
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 
 import dagster as dg
 from pyarrow.fs import LocalFileSystem
@@ -22,8 +22,12 @@ from cohort.assets.audit import PartitionAudit, gather_audits
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.trail import TrailMark
+from cohort.common.types import TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
-from cohort.pipelines.sink_audit import REPAIR_HINTS, output_layouts, read_records, stray_findings
+from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.sink_audit import REPAIR_HINTS, PartitionRecords, output_layouts, read_records, stray_findings
+from cohort.pipelines.sink_since import SinkMark, read_records_since, sink_trail
 from cohort.pipelines.table_audit import (
     TABLE_REPAIR_HINTS,
     audit_table_partition,
@@ -74,7 +78,7 @@ def check_results(
     for topic in config.asset_topics:
         landed = translator.get_landed_asset_key(config.group, topic)
         if any(c.asset_key == landed and c.name == CHECK_SINK for c in selected):
-            yield _sink_check(coordinator, config, topic, landed, now)
+            yield _sink_check(coordinator, config, topic, landed, now, full=full)
         key = translator.get_asset_key(config.group, topic)
         wanted = {c.name for c in selected if c.asset_key == key}
         if not wanted:
@@ -135,11 +139,12 @@ def check_results(
 
 
 def _sink_check(
-    coordinator: Coordinator, config: CohortConfig, topic: str, key: dg.AssetKey, now: float
+    coordinator: Coordinator, config: CohortConfig, topic: str, key: dg.AssetKey, now: float, *, full: bool = False
 ) -> dg.AssetCheckEvaluation:
-    """The sink and the quarantine of `topic` against the ledger, partition by partition: names only (one
-    recursive listing per partition and output, one of the rest of each tree; `cohort audit` also counts the range
-    directories' rows), as it runs after every batch. `now` judges the age of a table's unreferenced files."""
+    """The sink and the quarantine of `topic` against the ledger, partition by partition, names only (`cohort
+    audit` also counts the range directories' rows), as it runs after every batch: of a Parquet sink, the ranges
+    committed since each partition's mark (cohort.pipelines.sink_since), everything with `full`; the rest of
+    each tree around the partition folders. `now` judges the age of a table's unreferenced files."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
     spec = config.pipeline
     fs = ArrowFs()
@@ -147,10 +152,12 @@ def _sink_check(
     tps = [tp for tp in everything if tp.topic == topic]
     if spec.table_format == "parquet":
         layouts = output_layouts(spec.sink_path, spec.quarantine_root)
-        records = [read_records(coordinator, config.group, tp, layouts, fs, count_rows=False) for tp in tps]
+        records = _parquet_records(coordinator, config.group, tps, layouts, fs, full=full)
         findings = [f for r in records for f in r.audit()]
         outside = stray_findings(layouts, everything, topic=topic)
         pending = [(r.tp, r.pending) for r in records if r.pending is not None]
+        clean = [r for r in records if r.pending is None and not any(f.tp == r.tp for f in findings)]
+        _advance_sink_marks(coordinator, config.group, layouts, clean)
     else:  # the tables' files and marks (the table keeps row counts: they are compared too)
         pair = open_tables(spec)
         tables = (pair.sink, pair.quarantine)
@@ -180,4 +187,38 @@ def _sink_check(
             "cohort/pending_replays": dg.MetadataValue.int(len(pending)),
             "cohort/details": dg.MetadataValue.md(details),
         },
+    )
+
+
+def _parquet_records(
+    coordinator: Coordinator,
+    group: str,
+    tps: Collection[TopicPartition],
+    layouts: Mapping[str, SinkLayout],
+    fs: ArrowFs,
+    *,
+    full: bool,
+) -> list[PartitionRecords]:
+    """Each partition's records since its sink mark, or all of them (`full`, no mark yet, or a replay since)."""
+    trail = sink_trail(layouts["sink"].root)
+    marks = {} if full else coordinator.trail_marks(group, trail, list(tps))
+    records = []
+    for tp in tps:
+        mark = marks.get(tp)
+        since = None
+        if mark is not None:
+            since = read_records_since(coordinator, group, tp, layouts, SinkMark(tp, mark.ledger_id, mark.head))
+        records.append(since or read_records(coordinator, group, tp, layouts, fs, count_rows=False))
+    return records
+
+
+def _advance_sink_marks(
+    coordinator: Coordinator, group: str, layouts: Mapping[str, SinkLayout], clean: Collection[PartitionRecords]
+) -> None:
+    """Store how far each partition's sink was found to match its ledger (marks never move back)."""
+    marks = [m for m in (SinkMark.after(r) for r in clean) if m is not None]
+    coordinator.advance_trail_marks(
+        group,
+        sink_trail(layouts["sink"].root),
+        [TrailMark(m.tp.topic, m.tp.partition, ledger_id=m.ledger_id, head=m.head) for m in marks],
     )

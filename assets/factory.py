@@ -29,6 +29,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
 )
 
+from cohort.assets.checks import AUDIT_TAG
 from cohort.assets.group_batch import REGISTRY_RESOURCE_KEY, build_group_assets, needs_registry_resource
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
@@ -38,7 +39,13 @@ from cohort.resources.kafka import KafkaResource
 from cohort.resources.schema_registry import SchemaRegistryResource
 from cohort.resources.spark import SparkResource
 
-__all__ = ["CohortDefinitions", "build_cohort_definitions", "build_worker_schedule", "cohort_assets"]
+__all__ = [
+    "CohortDefinitions",
+    "build_audit_schedule",
+    "build_cohort_definitions",
+    "build_worker_schedule",
+    "cohort_assets",
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class CohortDefinitions:
     worker_job: AssetJob
     checks_job: AssetJob
     schedule: dg.ScheduleDefinition | None
+    audit_schedule: dg.ScheduleDefinition | None = None
 
     @property
     def resources(self) -> dict[str, Any]:
@@ -92,6 +100,27 @@ def build_worker_schedule(
     return worker_schedule
 
 
+def build_audit_schedule(
+    config: CohortConfig,
+    checks_job: AssetJob,
+    *,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+) -> dg.ScheduleDefinition | None:
+    """A schedule running the group's checks in full (tagged `cohort/audit: full`) on `config.audit_schedule`:
+    the checks after each batch read only what changed since their marks, so what happened to older output (a
+    range directory copied or removed by hand) is found by this pass."""
+    if config.audit_schedule is None:
+        return None
+    return dg.ScheduleDefinition(
+        name=f"cohort_full_audit__{safe_name(config.group)}",
+        cron_schedule=config.audit_schedule,
+        job=checks_job,
+        default_status=default_status,
+        tags={GROUP_TAG: config.group, AUDIT_TAG: "full"},
+        description=f"The full audit of group {config.group!r}: every check over the whole ledger and sink.",
+    )
+
+
 def cohort_assets(
     config: CohortConfig,
     *,
@@ -129,6 +158,7 @@ def cohort_assets(
         worker_job=job,
         checks_job=checks_job,
         schedule=build_worker_schedule(config, job, translator, default_status=schedule_status),
+        audit_schedule=build_audit_schedule(config, checks_job, default_status=schedule_status),
     )
 
 
@@ -194,7 +224,7 @@ def build_cohort_definitions(
     return dg.Definitions(
         assets=[p.assets for p in parts],
         jobs=[*jobs, *(p.checks_job for p in parts)],
-        schedules=[p.schedule for p in parts if p.schedule is not None],
+        schedules=[s for p in parts for s in (p.schedule, p.audit_schedule) if s is not None],
         sensors=sensors,
         resources=resources,
     )

@@ -139,6 +139,8 @@ class CohortConfig:
         freshness_s: the lag check fails for a partition that is more than `lag_threshold` records behind
             and has had no commit for this many seconds (default one hour: a group on a 15-minute schedule
             that misses four batches in a row).
+        audit_schedule: cron of the full audit: the checks over the whole ledger and sink (default daily at
+            03:00; None: none). The checks after each batch read only what changed since their marks.
         host_slots: the worker slots this Dagster deployment launches (its schedule, the topic sensor, a
             Materialize of every slot); None: all of them. When several Dagster instances (hosts) run one group
             on a shared store, give each its own share; a lost slot is rerun by whichever host's membership
@@ -152,6 +154,7 @@ class CohortConfig:
     schedule: str | None = "*/15 * * * *"
     freshness_s: float = 3600.0
     host_slots: Sequence[int] | None = None
+    audit_schedule: str | None = "0 3 * * *"
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_resource, CohortGroupResource):

@@ -80,6 +80,8 @@ from tests.support.history import HistorySpec, fast_forward, mirror_heads
 
 GROUP = "bench-history"
 LONG_S = 30.0  # a measurement slower than this is not timed again
+QUICK_CALLS = 25  # millisecond measurements: up to this many calls ...
+QUICK_BUDGET_S = 2.0  # ... while they add up to less than this
 TABLE_MARKS = (10, 100, 1_000, 10_000)
 TABLE_WINDOW = 10
 
@@ -128,18 +130,21 @@ class Timed:
 
 
 def median_time(call: Callable[[], Any], repeats: int) -> Timed:
-    """The median wall and CPU time (of this process: every thread) of `repeats` calls (two, when the second took
-    over LONG_S). A call that writes the trail's marks reads the whole history the first time only: the first
-    call's times are kept apart too, and the median of 3 is the steady state."""
+    """The median wall and CPU time (of this process: every thread) of at least `repeats` calls (two, when the
+    second took over LONG_S; up to QUICK_CALLS while they add up to under QUICK_BUDGET_S, as millisecond figures
+    need many calls on a noisy machine). A call that writes the trail's marks reads the whole history the first
+    time only: the first call's times are kept apart, and the median of the others is the steady state."""
     walls, cpus, answer = [], [], None
-    for _ in range(repeats):
+    while len(walls) < repeats or (len(walls) < QUICK_CALLS and sum(walls[1:]) < QUICK_BUDGET_S):
         started, cpu = time.perf_counter(), time.process_time()
         answer = call()
         walls.append(time.perf_counter() - started)
         cpus.append(time.process_time() - cpu)
         if walls[-1] > LONG_S and len(walls) > 1:  # the first may be the trail's one full read
             break
-    return Timed((statistics.median(walls), statistics.median(cpus)), (walls[0], cpus[0]), answer)
+    steady = slice(1, None) if len(walls) > 2 else slice(None)  # the first call apart when there are others
+    timing = (statistics.median(walls[steady]), statistics.median(cpus[steady]))
+    return Timed(timing, (walls[0], cpus[0]), answer)
 
 
 def _children_cpu_s() -> float:

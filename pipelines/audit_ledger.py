@@ -74,13 +74,17 @@ class LedgerFold:
     after_reset: bool = False
 
 
-def ledger_entries(ledger: Any, group: str, tp: TopicPartition, page: int = LEDGER_PAGE) -> Iterator[Any]:
-    """The partition's ledger entries in order, read `page` at a time when the ledger pages (else in one read)."""
+def ledger_entries(
+    ledger: Any, group: str, tp: TopicPartition, page: int = LEDGER_PAGE, *, after_id: int = 0
+) -> Iterator[Any]:
+    """The partition's ledger entries in order (those made after entry `after_id`), read `page` at a time when
+    the ledger pages (else in one read, filtered)."""
     after = getattr(ledger, "ledger_after", None)
     if after is None:
-        yield from ledger.ledger_history(group, tp.topic, tp.partition)
+        history = ledger.ledger_history(group, tp.topic, tp.partition)
+        yield from (e for e in history if after_id == 0 or (e.entry_id or 0) > after_id)
         return
-    last = 0
+    last = after_id
     while True:
         entries = after(group, tp.topic, tp.partition, last, limit=page)
         yield from entries

@@ -52,6 +52,7 @@ __all__ = [
     "fold_ledger",
     "ledger_entries",
     "output_layouts",
+    "range_dirs_listed",
     "read_records",
     "stray_findings",
 ]
@@ -131,6 +132,9 @@ class PartitionRecords:
     strays: Mapping[str, Sequence[Stray]] = field(default_factory=dict)
     roots: Mapping[str, str] = field(default_factory=dict)
     pending: PendingReplay | None = None
+    through_id: int | None = None
+    """The id of the last ledger entry read (None: none, or a ledger without ids): how far a clean audit of
+    this reading lets the sink check's mark advance."""
 
     def audit(self, kafka_committed: int | None = None, *, compare_kafka: bool = False) -> list[SinkFinding]:
         findings = audit_sink_partition(
@@ -147,7 +151,7 @@ def output_layouts(sink_path: str, quarantine_path: str | None = None) -> dict[s
     return {"sink": SinkLayout(sink_path), "quarantine": quarantine}
 
 
-def _range_dirs(tp: TopicPartition, entries: Sequence[Entry]) -> list[tuple[int, int, str]]:
+def range_dirs_listed(tp: TopicPartition, entries: Sequence[Entry]) -> list[tuple[int, int, str]]:
     """(from, until, name) of the range directories of `tp` among its folder's entries."""
     found = []
     for entry in entries:
@@ -172,17 +176,19 @@ def read_records(
     their Parquet footers (no data is read; without it rows are not compared). The folders are listed before the
     ledger is read: a range published meanwhile is committed before it is listed."""
     listed = {where: OutputTree(layout.root).partition(tp) for where, layout in layouts.items()}
-    fold = fold_ledger(tp, ledger_entries(ledger, group, tp))
+    entries = list(ledger_entries(ledger, group, tp))
+    fold = fold_ledger(tp, entries)
     outputs = {}
     for where, layout in layouts.items():
         folder = layout.partition_dir(tp.topic, tp.partition)
         outputs[where] = [
             (x, y, fs.parquet_record_count(f"{folder}/{name}") if count_rows else -1)
-            for x, y, name in _range_dirs(tp, listed[where])
+            for x, y, name in range_dirs_listed(tp, listed[where])
         ]
     found = {where: strays(entries, [tp]) for where, entries in listed.items()}
     roots = {where: layout.root for where, layout in layouts.items()}
-    return PartitionRecords(tp, fold.commits, fold.head, outputs, found, roots, fold.pending)
+    through = getattr(entries[-1], "entry_id", None) if entries else None
+    return PartitionRecords(tp, fold.commits, fold.head, outputs, found, roots, fold.pending, through)
 
 
 def stray_findings(

@@ -216,6 +216,20 @@ class OutputTree:
         """Everything under the folder of `tp`, recursively (one listing), sorted."""
         return sorted(self._entries(self._list((f"topic={tp.topic}", f"partition={tp.partition}"), recursive=True)))
 
+    def ranges(self, tp: TopicPartition, names: Collection[str]) -> list[Entry]:
+        """The range directories `names` of `tp`'s folder and everything under them (one listing each, none of
+        the folder itself), sorted: what the check after a batch reads of the ranges committed since its mark."""
+        folder = (f"topic={tp.topic}", f"partition={tp.partition}")
+        paths = ["/".join([self._base, *folder, name]) for name in sorted(set(names))]
+        found: list[Entry] = []
+        for info in self._fs.get_file_info(paths):
+            if info.type == pafs.FileType.Directory:
+                found += self._entries([info])
+                found += self._entries(self._list((*folder, info.base_name), recursive=True))
+            elif info.type == pafs.FileType.File:
+                found += self._entries([info])
+        return sorted(found)
+
     def outside(self, partitions: Collection[TopicPartition]) -> list[Entry]:
         """Everything readers may read outside the folders of `partitions`: the root and topic folders listed one
         level at a time, any other subtree a reader enters listed recursively."""

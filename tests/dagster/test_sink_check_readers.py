@@ -1,10 +1,13 @@
 """The landed asset's `sink_matches_ledger` check sees what readers of the sink see (real broker, Spark, store and
-Dagster instance): copies of a range directory under names no commit accounts for fail it, each named with its
-path; an executed offset reset whose replay has not run yet passes it, and is said."""
+Dagster instance): copies of a range directory under names no commit accounts for fail its full pass (a run
+tagged `cohort/audit: full`, as the full-audit schedule launches), each named with its path; the check after a
+batch reads only the ranges committed since its mark and fails on a missing one until it is back; an executed
+offset reset whose replay has not run yet passes it, and is said."""
 
 import shutil
 from pathlib import Path
 
+from cohort.assets.checks import AUDIT_TAG
 from cohort.assets.translator import CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
@@ -13,6 +16,12 @@ from tests.dagster.support import config_for, definitions_for, json_records
 from tests.dagster.test_worker import _checks
 
 T = DagsterCohortTranslator()
+
+
+def _full_checks(defs, config, instance):
+    job = defs.resolve_job_def(T.get_checks_job_name(config.group))
+    result = job.execute_in_process(instance=instance, tags={AUDIT_TAG: "full"})
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
 def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
@@ -34,7 +43,8 @@ def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
         shutil.copytree(live, copy)
     assert spark.read.parquet(setup.sink).count() == 20 + 2 * 10  # readers see partition 0's offsets three times
 
-    failed = _checks(defs, config, instance)[CHECK_SINK]
+    assert _checks(defs, config, instance)[CHECK_SINK].passed  # older ranges: not read after a batch
+    failed = _full_checks(defs, config, instance)[CHECK_SINK]
     assert not failed.passed and failed.metadata["cohort/problems"].value == 2
     details = failed.metadata["cohort/details"].value
     assert all(f"{copy} (" in details for copy in copies), details
@@ -54,3 +64,33 @@ def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
     done = _checks(defs, config, instance)[CHECK_SINK]
     assert done.passed and done.metadata["cohort/pending_replays"].value == 0
     assert spark.read.parquet(setup.sink).count() == 20
+
+
+def test_the_check_after_a_batch_reads_the_new_ranges_and_keeps_failing_until_fixed(
+    make_setup, topic_factory, produce_records, instance
+):
+    topic = topic_factory(1, suffix="since")
+    produce_records(topic, json_records(10, 1))
+    setup = make_setup((topic,), slots=1, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    job = defs.resolve_job_def(T.get_job_name(config.group))
+    run_config = worker_run_config(config, 1)
+    assert job.execute_in_process(run_config=run_config, instance=instance).success
+    assert _checks(defs, config, instance)[CHECK_SINK].passed  # the first pass reads everything, then marks
+
+    produce_records(topic, json_records(5, 1))
+    keys = {T.get_asset_key(config.group, topic), T.get_landed_asset_key(config.group, topic)}
+    unchecked = job.get_subset(asset_selection=keys, asset_check_selection=set())  # its checks not run yet
+    assert unchecked.execute_in_process(run_config=run_config, instance=instance).success
+    folder = Path(setup.sink) / f"topic={topic}" / "partition=0"
+    newest = folder / range_dir_name(topic, 0, 10, 15)
+    moved = Path(setup.sink).parent / "kept-aside"
+    shutil.move(newest, moved)
+    for _ in range(2):  # the mark does not pass a range it did not find
+        failed = _checks(defs, config, instance)[CHECK_SINK]
+        assert not failed.passed
+        assert "[10, 15)" in failed.metadata["cohort/details"].value, failed.metadata["cohort/details"].value
+    shutil.move(moved, newest)
+    assert _checks(defs, config, instance)[CHECK_SINK].passed
+    assert _full_checks(defs, config, instance)[CHECK_SINK].passed
