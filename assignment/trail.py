@@ -118,8 +118,15 @@ class TrailReading:
 
 def needs_event(entry: LedgerEntry) -> bool:
     """Whether the trail must show `entry`: a range that consumed offsets. Resets, skipped gaps and empty
-    ranges (a position pinned without reading) read nothing and are never materialized."""
-    return not entry.is_reset and entry.gap_reason is None and entry.until_offset > entry.from_offset
+    ranges (a position pinned without reading) read nothing and are never materialized; a fold (ledger
+    retention) stands for ranges the trail had settled before they were folded, whose events may be purged."""
+    return (
+        not entry.is_reset and not entry.is_fold and entry.gap_reason is None and entry.until_offset > entry.from_offset
+    )
+
+
+def _inside(shows: tuple[int, int], spans: Sequence[tuple[int, int]]) -> bool:
+    return any(lo <= shows[0] and shows[1] <= hi for lo, hi in spans)
 
 
 def _counts_as_range(entry: LedgerEntry) -> bool:
@@ -147,6 +154,7 @@ def decide_trail(
         if event.shows is not None:
             shown.setdefault(event.shows, event.event_id)
     pending_ranges = {(e.from_offset, e.until_offset) for e in pending}
+    folds = [(e.from_offset, e.until_offset) for e in pending if e.is_fold]  # their ranges' events match them
     problems: list[str] = []
     blocked_at: int | None = None  # the first trail event the cursor must not pass
     for event in events:
@@ -154,7 +162,11 @@ def decide_trail(
             problems.append(
                 f"{tp}: materialization by run {event.source} records no offsets: the ledger does not account for it"
             )
-        elif event.shows not in pending_ranges and event.shows not in recorded_earlier:
+        elif (
+            event.shows not in pending_ranges
+            and event.shows not in recorded_earlier
+            and not _inside(event.shows, folds)
+        ):
             s, u = event.shows
             problems.append(f"{tp}: materialization [{s}, {u}) is not in the ledger")
         else:

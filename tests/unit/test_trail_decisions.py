@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cohort.assignment.messages import RESET, LedgerEntry
+from cohort.assignment.messages import FOLD, RESET, LedgerEntry
 from cohort.assignment.trail import TrailEvent, TrailMark, decide_trail
 
 START = TrailMark.start("t", 0)
@@ -79,3 +79,14 @@ def test_events_the_ledger_does_not_account_for_hold_the_cursor() -> None:
     assert reading.mark.ledger_id == 1 and reading.mark.event_cursor == 7
     late = decide_trail(START, [], [_event(7, 0, 5)], recorded_earlier={(0, 5)})
     assert late.problems == () and late.mark.event_cursor == 7
+
+
+def test_a_fold_needs_no_event_of_its_own_and_accounts_for_its_ranges_events() -> None:
+    entries = [_entry(3, 0, 9, kind=FOLD), _entry(4, 9, 12)]
+    # a full read: the folded ranges' events are still in the log (or purged: none), the newest range's too
+    for kept in ([_event(1, 0, 5), _event(2, 5, 9)], []):
+        reading = decide_trail(START, entries, [*kept, _event(3, 9, 12)])
+        assert reading.problems == () and reading.unshown == (), reading.problems
+        assert (reading.mark.ledger_id, reading.mark.head) == (4, 12)
+    stray = decide_trail(START, entries, [_event(1, 0, 10), _event(3, 9, 12)])
+    assert stray.problems == ("t-0: materialization [0, 10) is not in the ledger",)
