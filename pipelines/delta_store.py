@@ -20,7 +20,13 @@ How Cohort's table contract maps onto Delta:
   before the data commit, since delta-rs ignores the schema passed with a write transaction.
 
 delta-rs checks nothing about added files (a missing file or a wrong size commits fine and breaks every later
-read), so each file is checked through delta-rs's own object store before the commit.
+read), so each file is checked through delta-rs's own object store before the commit; nor about removed ones, so a
+commit that removes a file the table no longer holds (a compaction or a replay replaced it after the batch read it)
+is refused here. The check cannot be raced: a commit that removes a partition's files writes that partition's marks,
+and delta-rs refuses to rebase it over a concurrent commit writing them too, so the check runs again.
+
+The store keeps the table it loaded last and brings it up to date with `update_incremental` (the log entries
+since): a fresh load reads the last checkpoint again, most of a commit's CPU once the table has one.
 
 **Retention** (cohort.pipelines.table_retention): a table this store creates keeps its log `history_s` and removed
 files `keep_s` plus a margin (`delta.logRetentionDuration`, `delta.deletedFileRetentionDuration`); after the commit
@@ -36,6 +42,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,7 +53,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.table_maintenance import run_safely, vacuum_delta
+from cohort.pipelines.table_maintenance import compact_files, run_safely, vacuum_delta
 from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention, delta_configuration, maintenance_due
 from cohort.pipelines.table_store import (
     BatchRecord,
@@ -58,6 +65,8 @@ from cohort.pipelines.table_store import (
     compare_and_set,
     mark_key,
     parse_data_path,
+    removes_gone,
+    swapped,
     unify_schemas,
 )
 
@@ -112,6 +121,7 @@ class DeltaTableStore:
         self._options = dict(storage_options) if storage_options else None
         self._max_attempts = max_attempts
         self._retention = retention
+        self._table: DeltaTable | None = None  # the version loaded last, brought up to date by `_load`
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -134,6 +144,18 @@ class DeltaTableStore:
             return []
         wanted = set(partitions)
         return sorted(f for f in self._active(table) if f.tp in wanted)
+
+    def all_files(self) -> list[DataFile]:
+        table = self._load()
+        return [] if table is None else sorted(self._active(table))
+
+    def foreign_files(self) -> list[str]:
+        table = self._load()
+        if table is None:
+            return []
+        actions = pa.table(self._guard("list the files of", lambda: table.get_add_actions(flatten=False)))
+        paths = (unquote(str(p)) for p in actions.column("path").to_pylist())
+        return sorted(p for p in paths if parse_data_path(p, 0) is None)
 
     def last_batch(self, group: str, tp: TopicPartition, head: int) -> BatchRecord | None:
         """The newest commit whose batch record (by `group`) ends `tp`'s ranges at `head`; commits the log no
@@ -170,6 +192,11 @@ class DeltaTableStore:
                     continue
             if self._already_landed(table, change):
                 return
+            if change.removes:
+                live = {f.path for f in self._active(table)}
+                if swapped(change, live):
+                    return  # a commit that leaves the marks as they were, already applied (its answer was lost)
+                removes_gone(change, live, f"Delta table {self.root}")
             _, gained = unify_schemas(self._arrow_schema(table), change.adds)
             if gained and evolved:
                 raise DeltaStoreError(f"Delta table {self.root} did not take the new fields {[f.name for f in gained]}")
@@ -182,7 +209,7 @@ class DeltaTableStore:
                 table.create_write_transaction(
                     actions, mode="append", schema=table.schema(), commit_properties=properties
                 )
-                self._maintain(table.version())
+                self._maintain(table.version(), change)
                 return
             except CommitFailedError as error:
                 refusals, last_error = refusals + 1, _short(error)
@@ -192,22 +219,35 @@ class DeltaTableStore:
             f"Delta table {self.root}: concurrent commits refused this one {refusals} times (last: {last_error})"
         )
 
-    def _maintain(self, based_on: int) -> None:
+    def _maintain(self, based_on: int, change: TableCommit) -> None:
         """The clean-up after a commit based on version `based_on` (its own version is at least the next one),
-        when that version passes a multiple of `every_commits`; a failure is logged, never raised."""
+        when that version passes a multiple of `every_commits`: the vacuum and log clean-up, then (after a batch's
+        commit) the compaction of small files of the batch's group; a failure is logged, never raised."""
         retention = self._retention
         if retention is None or not maintenance_due(based_on, based_on + 1, retention.every_commits):
             return
         table = self._load()
         if table is not None:
             run_safely(self.root, lambda: vacuum_delta(table, retention))
+        if change.batch is not None and retention.compact_files:
+            run_safely(self.root, lambda: compact_files(self, change.owner.group, retention))
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def _load(self) -> DeltaTable | None:
-        """The table's latest version, None if there is no table."""
+        """The table's latest version, None if there is no table. The store keeps the table it loaded last and
+        brings it up to date with the versions committed since (`update_incremental` reads only their log
+        entries): a full load reads the last checkpoint again, most of the CPU of a commit once the table has one."""
+        cached = self._table
+        if cached is not None:
+            try:
+                cached.update_incremental()
+                return cached
+            except (DeltaError, OSError):  # the log moved under it (cleaned up, replaced): load it afresh
+                self._table = None
         try:
-            return DeltaTable(self.root, storage_options=self._options)
+            self._table = DeltaTable(self.root, storage_options=self._options)
+            return self._table
         except TableNotFoundError:
             return None
         except (DeltaError, OSError) as error:  # delta-rs raises OSError when the storage cannot be reached
@@ -256,10 +296,15 @@ class DeltaTableStore:
         return self._guard("read the marks of", read)
 
     def _active(self, table: DeltaTable) -> list[DataFile]:
-        """The table's files in Cohort's layout (a file without a row count in its stats counts 0 rows)."""
+        """The table's files in Cohort's layout (a file without a row count in its stats counts 0 rows), with their
+        sizes and the time their `add` says."""
         actions = pa.table(self._guard("list the files of", lambda: table.get_add_actions(flatten=True)))
-        paths, counts = actions.column("path").to_pylist(), actions.column("num_records").to_pylist()
-        parsed = (parse_data_path(str(path), int(count or 0)) for path, count in zip(paths, counts, strict=True))
+        columns = ("path", "num_records", "size_bytes", "modification_time")
+        paths, counts, sizes, times = (actions.column(c).to_pylist() for c in columns)
+        parsed = (
+            parse_data_path(str(path), int(count or 0), size=int(size or 0), added_ms=_epoch_ms(at))
+            for path, count, size, at in zip(paths, counts, sizes, times, strict=True)
+        )
         return [f for f in parsed if f is not None]
 
     def _already_landed(self, table: DeltaTable, change: TableCommit) -> bool:
@@ -368,6 +413,13 @@ def _short(error: BaseException) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """An `add` action's modification time (a datetime, or epoch ms) in epoch ms."""
+    if isinstance(value, dt.datetime):
+        return int((value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+    return int(value) if isinstance(value, int) else None
 
 
 # -- statistics ----------------------------------------------------------------------------------------------

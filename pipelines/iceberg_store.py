@@ -21,7 +21,12 @@ Requirements are staged with the private `Transaction._stage` (pyiceberg keeps o
 go into one requirement); they are validated client-side, which SqlCatalog does and a REST catalog would not.
 Files are added by path (`append_data_file` of the Parquet footers, no duplicate scan of every manifest) and
 removed by path in the same snapshot (an overwrite), never by predicate: pyiceberg keeps no statistics for nested
-fields such as `kafka.offset`.
+fields such as `kafka.offset`. A commit that removes a file the table no longer holds (a compaction or a replay
+replaced it after the batch read it) is refused.
+
+Cost over years of commits: the staged metadata is computed once per staged change without pyiceberg's deep copy
+(`MetadataOnceTransaction`), and the catalog reuses the table it loaded while its pointer still names the same
+metadata file (`ReusingSqlCatalog`); what still grows with the snapshots kept is bounded by the retention.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pydantic import Field
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import DataFile as IcebergFile
@@ -45,13 +50,15 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import ValidatableTableRequirement
+from pyiceberg.table.update import ValidatableTableRequirement, _apply_table_update, _TableMetadataUpdateContext
 from pyiceberg.utils.properties import property_as_bool
+from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.table_maintenance import ICEBERG_PROPERTIES, expire_iceberg, run_safely
+from cohort.pipelines.table_maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
 from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention, maintenance_due
 from cohort.pipelines.table_store import (
     BatchRecord,
@@ -64,10 +71,19 @@ from cohort.pipelines.table_store import (
     compare_and_set,
     mark_key,
     parse_data_path,
+    removes_gone,
+    swapped,
     unify_schemas,
 )
 
-__all__ = ["BATCH_SUMMARY_KEY", "CATALOG_NAME", "AssertCohortMarks", "IcebergTableStore"]
+__all__ = [
+    "BATCH_SUMMARY_KEY",
+    "CATALOG_NAME",
+    "AssertCohortMarks",
+    "IcebergTableStore",
+    "MetadataOnceTransaction",
+    "ReusingSqlCatalog",
+]
 
 CATALOG_NAME = "cohort"
 BATCH_SUMMARY_KEY = "cohort.batch"
@@ -91,6 +107,71 @@ class AssertCohortMarks(ValidatableTableRequirement):
             found = base_metadata.properties.get(key)
             if found != expected:
                 raise CommitFailedException(f"cohort: table property {key} is {found!r}, expected {expected!r}")
+
+
+class MetadataOnceTransaction(Transaction):
+    """pyiceberg's transaction, its staged metadata computed once per staged update and without a deep copy.
+
+    pyiceberg recomputes `Transaction.table_metadata` (every staged update applied to the table's metadata, then a
+    deep copy of the whole of it) on each access, and one append reads it some twenty times: the copies, whose
+    size grows with the snapshots and properties the table keeps, were most of a commit's CPU. The metadata models
+    are frozen and the updates build new ones (pyiceberg 0.12's `_apply_table_update` never changes its base in
+    place), so the result is shared as it is, and kept while the staged updates (an immutable tuple) and the base
+    metadata are the same objects. The catalog's commit still validates and copies the result once."""
+
+    _metadata_of: tuple[tuple[Any, ...], TableMetadata, TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        if not self._updates:
+            return self._table.metadata  # nothing staged: the loaded metadata itself (frozen)
+        updates, base, kept = self._metadata_of or ((), None, None)
+        if kept is None or updates is not self._updates or base is not self._table.metadata:
+            kept = _staged_metadata(self._table.metadata, self._updates)
+            self._metadata_of = (self._updates, self._table.metadata, kept)
+        return kept
+
+
+def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...]) -> TableMetadata:
+    """`update_table_metadata` of pyiceberg without its final deep copy (see `MetadataOnceTransaction`)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
+        metadata = metadata.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
+    return metadata
+
+
+class ReusingSqlCatalog(SqlCatalog):
+    """pyiceberg's SQL catalog, reusing the table it loaded last while the catalog still points at the same
+    metadata file (one indexed query; metadata files are never rewritten, and a table object changes only by a
+    commit the catalog accepted, which moves the pointer with it). Loading reads and parses the whole metadata
+    file, in proportion to the snapshots kept, and a commit loads the table twice (the store, then the catalog's
+    own check)."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self._loaded: dict[tuple[str, ...], Table] = {}
+
+    def load_table(self, identifier: str | tuple[str, ...]) -> Table:
+        key = self.identifier_to_tuple(identifier)
+        cached = self._loaded.get(key)
+        if cached is not None and self._metadata_location(key) == cached.metadata_location:
+            return cached
+        table = super().load_table(identifier)
+        self._loaded[key] = table
+        return table
+
+    def _metadata_location(self, key: tuple[str, ...]) -> str | None:
+        with Session(self.engine) as session:
+            return session.execute(
+                select(IcebergTables.metadata_location).where(
+                    IcebergTables.catalog_name == self.name,
+                    IcebergTables.table_namespace == ".".join(key[:-1]),
+                    IcebergTables.table_name == key[-1],
+                )
+            ).scalar_one_or_none()
 
 
 class IcebergTableStore:
@@ -157,6 +238,22 @@ class IcebergTableStore:
             return []
         return sorted(ours for ours, _ in self._live_files(table) if ours.tp in wanted)
 
+    def all_files(self) -> list[DataFile]:
+        """Every data file of the current snapshot in Cohort's layout, sorted."""
+        table = self._load()
+        return [] if table is None else sorted(ours for ours, _ in self._live_files(table))
+
+    def foreign_files(self) -> list[str]:
+        """The current snapshot's data files outside Cohort's layout (relative to the root when under it)."""
+        table = self._load()
+        if table is None:
+            return []
+        return sorted(
+            entry.data_file.file_path if relative is None else relative
+            for entry, relative, _ in self._entries(table)
+            if relative is None or parse_data_path(relative, 0) is None
+        )
+
     def last_batch(self, group: str, tp: TopicPartition, head: int) -> BatchRecord | None:
         """The batch that moved `tp`'s head to `head`, from the `/last` property (it outlives snapshot expiry)."""
         key = mark_key(group, tp)
@@ -198,12 +295,12 @@ class IcebergTableStore:
             if self._landed(change, table.properties):
                 return None
             live = {ours.path: theirs for ours, theirs in self._live_files(table)} if change.removes else {}
-            if change.removes and _swapped(change, live):
+            if change.removes and swapped(change, live):
                 return None  # a replay that leaves the marks as they were, already applied (its answer was lost)
             try:
                 based_on = table.last_sequence_number
                 self._commit_once(table, change, live)
-                self._maintain(table, based_on)
+                self._maintain(table, based_on, change)
                 return None
             except CommitFailedException as error:  # the marks moved, or another commit won the catalog's swap
                 failure = _first_line(error)
@@ -229,11 +326,9 @@ class IcebergTableStore:
         _, gained = unify_schemas(current, change.adds)
         for new in change.adds:
             _check_required_fields(current, new)
-        gone = [r.path for r in change.removes if r.path not in live]
-        if gone:
-            raise TableConflictError(f"{self}: {gone[0]} is no longer in the table (another commit removed it)")
+        removes_gone(change, live, str(self))
         removed = [live[r.path] for r in change.removes]
-        tx = table.transaction()
+        tx = MetadataOnceTransaction(table)
         tx._stage((), (AssertCohortMarks(properties=self._expected_properties(change)),))  # type: ignore[arg-type]
         if gained:
             try:
@@ -251,14 +346,17 @@ class IcebergTableStore:
         except ValidationException as error:  # an overwrite rebased by pyiceberg found a removed file gone
             raise TableConflictError(f"{self}: the commit's removes no longer apply: {_first_line(error)}") from None
 
-    def _maintain(self, table: Table, based_on: int) -> None:
+    def _maintain(self, table: Table, based_on: int, change: TableCommit) -> None:
         """Expire old snapshots (cohort.pipelines.table_maintenance) after a commit that took the table's sequence
-        number past a multiple of `every_commits`; outside the compare-and-set: a failure is logged, never raised."""
+        number past a multiple of `every_commits`, then (after a batch's commit) compact the small files of the
+        batch's group; outside the compare-and-set: a failure is logged, never raised."""
         retention = self._retention
         after = table.last_sequence_number
         if retention is None or not maintenance_due(based_on, after, retention.every_commits):
             return
         run_safely(str(self), lambda: expire_iceberg(table, retention, self._relative))
+        if change.batch is not None and retention.compact_files:
+            run_safely(str(self), lambda: compact_files(self, change.owner.group, retention))
 
     def _stage_snapshot(self, tx: Transaction, table: Table, change: TableCommit, removed: list[IcebergFile]) -> None:
         """The snapshot of the commit: its added and removed files, the batch record in its summary."""
@@ -342,7 +440,7 @@ class IcebergTableStore:
     def _catalog(self) -> SqlCatalog:
         if self._catalog_instance is None:
             try:
-                catalog = SqlCatalog(
+                catalog = ReusingSqlCatalog(
                     CATALOG_NAME,
                     uri=self._catalog_url,
                     warehouse=self.root,
@@ -381,17 +479,27 @@ class IcebergTableStore:
 
     def _live_files(self, table: Table) -> Iterator[tuple[DataFile, IcebergFile]]:
         """The data files of the table's current snapshot that follow Cohort's layout under the root."""
+        for entry, relative, added_ms in self._entries(table):
+            data = entry.data_file
+            ours = None
+            if relative is not None:
+                ours = parse_data_path(relative, data.record_count, size=data.file_size_in_bytes, added_ms=added_ms)
+            if ours is not None:
+                yield ours, data
+
+    def _entries(self, table: Table) -> Iterator[tuple[Any, str | None, int | None]]:
+        """The live data entries of the current snapshot: the entry, its path relative to the root (None outside
+        it), and when the snapshot that added it was made (None when the table no longer keeps that snapshot)."""
         snapshot = table.current_snapshot()
         if snapshot is None:
             return
+        made = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
         for manifest in snapshot.manifests(table.io):
             if manifest.content != ManifestContent.DATA:
                 continue
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                relative = self._relative(entry.data_file.file_path)
-                ours = None if relative is None else parse_data_path(relative, entry.data_file.record_count)
-                if ours is not None:
-                    yield ours, entry.data_file
+                added = None if entry.snapshot_id is None else made.get(entry.snapshot_id)
+                yield entry, self._relative(entry.data_file.file_path), added
 
     def _relative(self, location: str) -> str | None:
         path, root = _without_file_scheme(location), _without_file_scheme(self.root)
@@ -452,14 +560,6 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_large_binary(t):
         return pa.binary()
     return t
-
-
-def _swapped(change: TableCommit, live: Mapping[str, IcebergFile]) -> bool:
-    """Whether the table already shows `change`, a commit that leaves the marks as they were: none of its removes
-    are live, all of its adds are (their paths name the writing attempt, so no other commit adds them)."""
-    if change.marks() != dict(change.expected):
-        return False  # the marks tell whether it landed
-    return all(r.path not in live for r in change.removes) and all(a.path in live for a in change.adds)
 
 
 def _check_required_fields(table: pa.Schema, new: NewFile) -> None:

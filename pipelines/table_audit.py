@@ -22,15 +22,22 @@ not counted as a divergence.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from cohort.common.types import TopicPartition
+from cohort.pipelines.arrow_sink import arrow_filesystem
 from cohort.pipelines.audit_ledger import AuditedRange, fold_ledger, ledger_entries
 from cohort.pipelines.sink import SinkFs
-from cohort.pipelines.sink_audit import OutsideFinding, PartitionRecords, SinkFinding
+from cohort.pipelines.sink_audit import OutsideFinding, PartitionRecords, Piece, SinkFinding, effective_pieces
 from cohort.pipelines.table_batch import orphan_dirs
+from cohort.pipelines.table_compaction import source_ranges
 from cohort.pipelines.table_files import (
     UNREFERENCED_GRACE_S,
     DiskFile,
@@ -182,13 +189,84 @@ class TableAudit:
     unreferenced: tuple[str, ...] = ()
 
 
-def _dirs(files: Sequence[DataFile]) -> list[tuple[int, int, int]]:
-    """(from, until, rows) per data directory."""
-    rows: dict[tuple[int, int, str], int] = {}
+def _by_piece(root: str, files: Sequence[DataFile], pieces: Sequence[Piece]) -> list[tuple[int, int, int]]:
+    """(from, until, rows) per data directory, as the audit compares them with the ledger's pieces: a directory
+    holding several committed ranges (a compaction's, or what a replay left of one) stands for one entry per piece
+    it holds, with the rows counted from the ranges a merged file's footer records, else by their `kafka.offset`
+    (its files' offsets column is read); one holding rows no piece accounts for is left whole (the audit names
+    it)."""
+    by_dir: dict[tuple[int, int, str], list[DataFile]] = {}
     for f in files:
-        key = (f.from_offset, f.until_offset, f.attempt)
-        rows[key] = rows.get(key, 0) + f.records
-    return sorted((a, b, n) for (a, b, _), n in rows.items())
+        by_dir.setdefault((f.from_offset, f.until_offset, f.attempt), []).append(f)
+    found: list[tuple[int, int, int]] = []
+    for (a, b, _), held in by_dir.items():
+        inside = [p for p in pieces if p.from_offset < b and a < p.until_offset]
+        if len(inside) < 2:
+            found.append((a, b, sum(f.records for f in held)))
+            continue
+        counts = _count_by_piece(root, held, inside)
+        if counts is None:
+            found.append((a, b, sum(f.records for f in held)))
+        else:
+            found += [(max(a, p.from_offset), min(b, p.until_offset), n) for p, n in zip(inside, counts, strict=True)]
+    return sorted(found)
+
+
+def _count_by_piece(root: str, files: Sequence[DataFile], pieces: Sequence[Piece]) -> list[int] | None:
+    """Rows of `files` per piece (sorted, disjoint) by their `kafka.offset`; None when some row lies in no piece or
+    the files cannot be read (the directory is then audited whole)."""
+    resolved = arrow_filesystem(root)
+    if resolved is None:
+        return None
+    filesystem, base = resolved
+    starts = [p.from_offset for p in pieces]
+    counts = [0] * len(pieces)
+    for f in files:
+        footer = _footer_counts(filesystem, f"{base}/{f.path}", f.records, pieces, starts)
+        if footer is not None:
+            counts = [n + m for n, m in zip(counts, footer, strict=True)]
+            continue
+        try:
+            kafka = pq.read_table(f"{base}/{f.path}", columns=["kafka"], filesystem=filesystem).column("kafka")
+        except (OSError, KeyError, pa.ArrowException):
+            return None
+        for offset in pc.struct_field(kafka, "offset").to_pylist():
+            at = bisect_right(starts, offset) - 1 if offset is not None else -1
+            if at < 0 or offset >= pieces[at].until_offset:
+                return None
+            counts[at] += 1
+    return counts
+
+
+def _footer_counts(
+    filesystem: Any, path: str, records: int, pieces: Sequence[Piece], starts: Sequence[int]
+) -> list[int] | None:
+    """Rows per piece from a merged file's footer (the ranges compaction recorded there), when they add up to the
+    rows the table records and each lies inside one piece; else None (the rows' offsets are read)."""
+    try:
+        ranges = source_ranges(pq.read_metadata(path, filesystem=filesystem).metadata)
+    except (OSError, pa.ArrowException):
+        return None
+    if ranges is None or sum(n for _, _, n in ranges) != records:
+        return None
+    counts = [0] * len(pieces)
+    for a, b, n in ranges:
+        at = bisect_right(starts, a) - 1
+        if at < 0 or b > pieces[at].until_offset:
+            return None
+        counts[at] += n
+    return counts
+
+
+def _foreign_message(root: str, paths: Sequence[str]) -> str:
+    named = ", ".join(f"{root}/{p}" if "://" not in p and not p.startswith("/") else p for p in paths[:3])
+    more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+    count = f"{len(paths)} data file{'' if len(paths) == 1 else 's'}"
+    return (
+        f"the table references {count} outside Cohort's layout ({named}{more}): a compaction or a writer Cohort did "
+        "not make; their offsets are not counted here and a replay would not replace them (its offsets would be "
+        "read twice); not repaired (restore the table's version before that compaction, or have its owner undo it)"
+    )
 
 
 def audit_table_partition(
@@ -263,7 +341,15 @@ def audit_table_partition(
         )
     if decision.problem:
         findings.append(SinkFinding(tp, "sink", decision.problem))
-    outputs = {"sink": _dirs(files[0]), "quarantine": _dirs(quarantine_files)}
+    pieces = effective_pieces(commits)
+    outputs = {
+        "sink": _by_piece(sink.root, files[0], pieces),
+        "quarantine": _by_piece(quarantine.root, quarantine_files, pieces),
+    }
+    for where, table, there in (("sink", sink, exists[0]), ("quarantine", quarantine, exists[1])):
+        foreign = table.foreign_files() if there else []
+        if foreign:
+            findings.append(SinkFinding(tp, where, _foreign_message(table.root, foreign)))
     records = PartitionRecords(tp, tuple(commits), audited_head, outputs, pending=fold.pending)
     findings += records.audit(kafka_committed, compare_kafka=compare_kafka)
     if compare_kafka and decision.adopt:  # Kafka is compared with the ledger as it is, not as adopted

@@ -8,6 +8,8 @@ logged and left for the next one, never an error of the batch. What it deletes n
   the table moved meanwhile); only then are the manifest lists of those snapshots deleted, their manifests no kept
   snapshot lists, and the data files they marked deleted (a replay's replaced files) that the current snapshot
   does not hold. Files a commit in flight adds are in no expired snapshot, so they are never candidates.
+- both: Cohort's compaction of small files (cohort.pipelines.table_compaction), after a batch's commit only: its
+  own commit is guarded like a batch's, and the files it replaces go with a later clean-up, `keep_s` on.
 - Delta: delta-rs's vacuum (lite: the files its log says were removed more than `keep_s` ago, never a file a
   live version or an in-flight commit references) and `cleanup_metadata` (log entries older than the table's
   `delta.logRetentionDuration`, before its last checkpoint).
@@ -21,8 +23,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cohort.pipelines.table_retention import TableRetention, expired_versions, vacuum_hours
+from cohort.pipelines.table_store import Owner, TableStore
 
-__all__ = ["ICEBERG_PROPERTIES", "expire_iceberg", "run_safely", "vacuum_delta"]
+__all__ = ["ICEBERG_PROPERTIES", "compact_files", "expire_iceberg", "run_safely", "vacuum_delta"]
 
 _log = logging.getLogger(__name__)
 
@@ -30,10 +33,11 @@ ICEBERG_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
     "commit.manifest-merge.enabled": "true",
-    "commit.manifest.min-count-to-merge": "20",
+    "commit.manifest.min-count-to-merge": "4",
 }
 """What a retained Iceberg table sets: old metadata files deleted past the newest 20, and small manifests merged once
-there are 20 (a fast append adds one manifest per commit, which every later commit's manifest list would carry)."""
+there are 4 (a fast append adds one manifest per commit, which every later commit's manifest list carries and reads:
+at 20 a commit read up to 20 manifests, twice commit 10's latency)."""
 
 
 def expire_iceberg(table: Any, retention: TableRetention, relative: Callable[[str], str | None]) -> int:
@@ -63,7 +67,9 @@ def expire_iceberg(table: Any, retention: TableRetention, relative: Callable[[st
     if not expired and not missing:
         return 0
     doomed = _only_expired(table, expired, relative) if expired else []
-    tx = table.transaction()
+    from cohort.pipelines.iceberg_store import MetadataOnceTransaction
+
+    tx = MetadataOnceTransaction(table)  # expiring by id reads the staged metadata once per snapshot
     if missing:
         tx.set_properties(missing)
     if expired:
@@ -127,6 +133,15 @@ def vacuum_delta(table: Any, retention: TableRetention) -> int:
     )
     table.cleanup_metadata()
     return len(deleted)
+
+
+def compact_files(table: TableStore, group: str, retention: TableRetention) -> int:
+    """Cohort's compaction (cohort.pipelines.table_compaction) of every partition of `table` whose marks `group`
+    holds, the marks' own generation kept; the number of files it replaced."""
+    from cohort.pipelines.table_compaction import compact_table
+
+    done = compact_table(table, Owner(group, None), retention, now_ms=int(time.time() * 1000))
+    return done.files_removed
 
 
 def run_safely(what: str, call: Callable[[], int]) -> int | None:

@@ -38,13 +38,18 @@ class TableRetention:
     `keep_s`: old versions (Iceberg snapshots, Delta versions and the files a replay removed) stay readable this
     long (time travel); `min_versions`: the newest versions kept whatever their age; `history_s`: how long Delta's
     commit log is kept (the batch records a commit the ledger never saw is adopted from; at least `keep_s`);
-    `every_commits`: the clean-up runs after the commit that takes the table's version past a multiple of it.
+    `every_commits`: the clean-up runs after the commit that takes the table's version past a multiple of it;
+    `compact_files`: the clean-up also merges a partition's small files (cohort.pipelines.table_compaction) once at
+    least this many consecutive ones were added more than `keep_s` ago (0: never); `compact_bytes`: the size a
+    merged file stays within (files of half of it or more are left as they are).
     """
 
     keep_s: float = 3600.0
     min_versions: int = 10
-    history_s: float = 30 * 24 * 3600.0
+    history_s: float = 6 * 3600.0
     every_commits: int = 50
+    compact_files: int = 10
+    compact_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not (isinstance(self.keep_s, (int, float)) and math.isfinite(self.keep_s) and self.keep_s >= 0):
@@ -56,14 +61,17 @@ class TableRetention:
                 f"table retention history_s ({self.history_s}) must be at least keep_s ({self.keep_s}): a version "
                 "is readable only while the log holds it"
             )
-        for name in ("min_versions", "every_commits"):
+        for name, least in (("min_versions", 1), ("every_commits", 1), ("compact_files", 0), ("compact_bytes", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"table retention {name} must be an integer >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"table retention {name} must be an integer >= {least}, got {value!r}")
+        if self.compact_files == 1:
+            raise ValueError("table retention compact_files must be 0 (never) or at least 2: one file is not merged")
 
 
 DEFAULT_RETENTION = TableRetention()
-"""An hour of time travel, the newest 10 versions, a month of Delta log, a clean-up every 50 commits."""
+"""An hour of time travel, the newest 10 versions, 6 hours of Delta log, a clean-up every 50 commits that also merges
+runs of 10 or more small files older than the hour into files of up to 128 MiB."""
 
 _DELTA_MARGIN_S = 24 * 3600.0
 """How much longer than `keep_s` Delta's own `delta.deletedFileRetentionDuration` is: a checkpoint forgets removed

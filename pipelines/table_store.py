@@ -22,7 +22,7 @@ need no commit history.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +47,8 @@ __all__ = [
     "data_dir",
     "mark_key",
     "parse_data_path",
+    "removes_gone",
+    "swapped",
 ]
 
 DATA_DIR = "data"
@@ -114,7 +116,8 @@ def data_dir(tp: TopicPartition, from_offset: int, until_offset: int, attempt: s
 @dataclass(frozen=True, order=True)
 class DataFile:
     """A data file a table references: where it is (relative to the table root), the range its directory names,
-    and its row count as the table records it."""
+    and its row count as the table records it; its byte size and when a commit added it (epoch ms, None when the
+    table no longer says) where the store knows them (what compaction decides on)."""
 
     topic: str
     partition: int
@@ -123,6 +126,8 @@ class DataFile:
     attempt: str
     path: str
     records: int
+    size: int = field(default=0, compare=False)
+    added_ms: int | None = field(default=None, compare=False)
 
     @property
     def tp(self) -> TopicPartition:
@@ -133,7 +138,7 @@ class DataFile:
         return self.path.rsplit("/", 1)[0]
 
 
-def parse_data_path(path: str, records: int) -> DataFile | None:
+def parse_data_path(path: str, records: int, *, size: int = 0, added_ms: int | None = None) -> DataFile | None:
     """The `DataFile` of a relative path in Cohort's layout, None for any other file (another writer's)."""
     parts = path.split("/")
     if len(parts) != 5 or parts[0] != DATA_DIR:
@@ -143,7 +148,7 @@ def parse_data_path(path: str, records: int) -> DataFile | None:
     if not (parts[1].startswith("topic=") and parts[2].startswith("partition=") and partition.isdigit() and matched):
         return None
     low, high, attempt = matched.groups()
-    return DataFile(topic, int(partition), int(low), int(high), attempt, path, records)
+    return DataFile(topic, int(partition), int(low), int(high), attempt, path, records, size, added_ms)
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,26 @@ def compare_and_set(
     )
 
 
+def swapped(change: TableCommit, live: Collection[str]) -> bool:
+    """Whether a table whose latest version holds the files `live` (relative paths) already shows `change`, a
+    commit that leaves the marks as they were (a compaction, a replay of a partition's last range): none of its
+    removes are live, all of its adds are (their paths name the writing attempt, so no other commit adds them)."""
+    if change.marks() != dict(change.expected):
+        return False  # the marks tell whether it landed
+    return all(r.path not in live for r in change.removes) and all(a.path in live for a in change.adds)
+
+
+def removes_gone(change: TableCommit, live: Collection[str], where: str) -> None:
+    """TableConflictError when a file `change` removes is no longer in the table (`live`): another commit (a
+    replay, a compaction) replaced it after the batch read it, and removing it again would keep its rows twice."""
+    gone = [r.path for r in change.removes if r.path not in live]
+    if gone:
+        raise TableConflictError(
+            f"{where}: {gone[0]} is no longer in the table (another commit replaced it after this one read it): "
+            "nothing was committed"
+        )
+
+
 class TableStore(Protocol):
     """One table (the sink's or the quarantine's) in one format."""
 
@@ -281,6 +306,15 @@ class TableStore(Protocol):
 
     def files(self, partitions: Sequence[TopicPartition]) -> list[DataFile]:
         """The data files of `partitions` the table's latest version references (Cohort's layout only)."""
+        ...
+
+    def all_files(self) -> list[DataFile]:
+        """Every data file in Cohort's layout the table's latest version references, sorted."""
+        ...
+
+    def foreign_files(self) -> list[str]:
+        """The data files the table's latest version references outside Cohort's layout (relative to the root when
+        under it): another writer's, or a compaction Cohort did not make (their offsets are unknown to Cohort)."""
         ...
 
     def last_batch(self, group: str, tp: TopicPartition, head: int) -> BatchRecord | None:
