@@ -40,13 +40,20 @@ Per run:
 - CPU seconds: the run process and everything it started and reaped (the local JVM and its Python workers in
   cold runs), and the Connect server's process tree (its JVM and Python workers, those alive at the run's end).
 
+Under load: `--load busy` runs the whole measurement with one core kept busy by a spinning process (a neighbour
+job on a shared worker); `--load both` (the default) measures on the machine as it is, then with the busy core,
+each in its own process, and prints the two side by side with the warm/cold ratio of each. The target (warm
+launch -> commit under 5 s) is judged on the quiet run; the loaded one is reported.
+
 Usage:
-    python -m benchmarks.freshness                          # cold and warm, 7 runs each after the first
+    python -m benchmarks.freshness                          # cold and warm, 7 runs each, quiet then loaded
     python -m benchmarks.freshness --quick                  # 3 runs per mode
     python -m benchmarks.freshness --modes cold,warm,kept   # with the kept-session prototype
     python -m benchmarks.freshness --executor in_process    # execute_in_process instead of a launched run's path
 
-The last line printed is one JSON object: {"records", "runs", "executor", and per mode M: "M_launch_to_commit_s",
+The last line printed is one JSON object (with `--load both`: {"quiet": {...}, "busy": {...}, "warm_cold_ratio":
+{"quiet", "busy"}, "loaded_over_quiet_warm"}, each inner object as below): {"records", "runs", "executor", "load",
+and per mode M: "M_launch_to_commit_s",
 "M_launch_to_commit_p90_s", "M_produce_to_commit_s", "M_launch_to_published_s", "M_split_s"; then
 "connect_server_startup_s", "all_readable", "target_s", "target_met"}; times are medians over the runs (p90: the
 90th percentile), in seconds; the target is the warm mode's median launch -> commit.
@@ -55,6 +62,7 @@ The last line printed is one JSON object: {"records", "runs", "executor", and pe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -197,6 +205,54 @@ def p90(values: Sequence[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
 
+class BusyCore:
+    """One core kept busy by a child process spinning at normal priority, for as long as the block lasts."""
+
+    def __enter__(self) -> BusyCore:
+        self._process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._process.kill()
+        self._process.wait()
+
+
+def both_loads(argv: Sequence[str]) -> None:
+    """The measurement quiet, then with a busy core, each in a fresh process; both summaries and the ratios."""
+    found: dict[str, dict[str, Any]] = {}
+    for load in ("quiet", "busy"):
+        print(f"== load: {load}", flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.freshness", *argv, "--load", load],
+            cwd=REPOSITORY,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        print(done.stdout, end="", flush=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the {load} measurement exited {done.returncode}")
+        found[load] = json.loads(done.stdout.strip().splitlines()[-1])
+    ratio = {
+        load: round(found[load]["warm_launch_to_commit_s"] / found[load]["cold_launch_to_commit_s"], 2)
+        for load in found
+        if "cold_launch_to_commit_s" in found[load]
+    }
+    loaded = round(found["busy"]["warm_launch_to_commit_s"] / found["quiet"]["warm_launch_to_commit_s"], 2)
+    print()
+    print(f"{'median launch -> commit (s)':<34}{'quiet':>10}{'busy core':>12}")
+    for mode in MODES:
+        key = f"{mode}_launch_to_commit_s"
+        if key in found["quiet"]:
+            print(f"  {mode:<32}{found['quiet'][key]:>10.2f}{found['busy'][key]:>12.2f}")
+    print(f"  {'warm / cold':<32}{ratio.get('quiet', 0.0):>10.2f}{ratio.get('busy', 0.0):>12.2f}")
+    print(
+        f"warm, busy over quiet: {loaded:.2f}x; target (quiet warm < {TARGET_S:.0f} s): "
+        f"{'met' if found['quiet']['target_met'] else 'missed'}"
+    )
+    print(json.dumps({**found, "warm_cold_ratio": ratio, "loaded_over_quiet_warm": loaded}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 runs per mode instead of 7")
@@ -211,7 +267,19 @@ def main() -> None:
         help="how the run executes: with the job's own executor as a launched run does (dg.execute_job), or "
         "with execute_in_process (see benchmarks/freshness_run.py)",
     )
+    parser.add_argument(
+        "--load",
+        choices=("quiet", "busy", "both"),
+        default="both",
+        help="the machine as it is, with one core kept busy, or both in turn (default)",
+    )
     args = parser.parse_args()
+    if args.load == "both":
+        argv = sys.argv[1:]
+        if "--load" in argv:
+            del argv[argv.index("--load") : argv.index("--load") + 2]
+        both_loads(argv)
+        return
     runs_per_mode = args.runs or (3 if args.quick else 7)
     modes = tuple(args.modes.split(","))
     if not set(modes) <= set(MODES) or "warm" not in modes:
@@ -219,6 +287,7 @@ def main() -> None:
     began = time.perf_counter()
 
     with (
+        BusyCore() if args.load == "busy" else contextlib.nullcontext(),
         EmbeddedBroker() as broker,
         tempfile.TemporaryDirectory(prefix="cohort-freshness-") as tmp,
     ):
@@ -391,7 +460,12 @@ def main() -> None:
         f"target: warm launch -> commit < {TARGET_S:.0f} s: "
         f"{'met' if warm_median < TARGET_S else 'missed'} ({warm_median:.2f} s)"
     )
-    summary: dict[str, Any] = {"records": args.records, "runs": runs_per_mode, "executor": args.executor}
+    summary: dict[str, Any] = {
+        "records": args.records,
+        "runs": runs_per_mode,
+        "executor": args.executor,
+        "load": args.load,
+    }
     for m in modes:
         summary[f"{m}_launch_to_commit_s"] = round(statistics.median(launch[m]), 2)
         summary[f"{m}_launch_to_commit_p90_s"] = round(p90(launch[m]), 2)
