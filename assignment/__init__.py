@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from cohort.assignment.assignors import (
     CooperativeStickyAssignor,
+    LagStickyAssignor,
     RangeAssignor,
     RoundRobinAssignor,
     StickyAssignor,
@@ -81,6 +82,7 @@ __all__ = [
     "JoinPending",
     "JoinRequest",
     "JoinTimeoutError",
+    "LagStickyAssignor",
     "LedgerEntry",
     "LedgerError",
     "ManualClock",

@@ -32,8 +32,10 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
+from cohort.assignment.backlog import LogOffsets, backlog_from_offsets
 from cohort.assignment.clock import Clock, SystemClock
-from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupRecord, Outcome
+from cohort.assignment.errors import InvalidRequestError
+from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupRecord, GroupState, Outcome
 from cohort.assignment.join import check_join_request
 from cohort.assignment.ledger import decide_commit, decide_reset
 from cohort.assignment.messages import (
@@ -58,6 +60,7 @@ from cohort.assignment.protocol import (
     decide_leave,
     decide_metadata,
     decide_sync,
+    start,
 )
 from cohort.assignment.rebalance import Context, advance, default_assignor_resolver
 from cohort.assignment.retention import Fold
@@ -176,17 +179,43 @@ class Coordinator:
         *,
         instance_id: str | None = None,
         assignment: Mapping[str, Sequence[TopicPartition]] | None = None,
+        log_offsets: LogOffsets | None = None,
     ) -> SyncComplete | SyncPending:
         """Fetch the member's assignment for `generation`; the leader submits `assignment` (or None to
         have the coordinator run the elected assignor). Followers get `SyncPending` until the leader synced.
 
+        `log_offsets` (the leader's (first, end) offsets per partition, from Kafka) is for a backlog-aware
+        assignor (`lag-sticky`): the backlog is computed against the ledger's committed offsets in the sync's
+        own transaction (`cohort.assignment.backlog`), used for this assignment only and never stored.
+
         Errors: REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
-        INVALID_REQUEST (bad leader assignment).
+        INVALID_REQUEST (bad leader assignment or log offsets).
         """
         _check_instance(instance_id)
-        return self._run(
-            group, lambda g, _h, ctx: decide_sync(g, group, member_id, generation, instance_id, assignment, ctx)
-        ).result()
+
+        def decide(
+            current: GroupRecord | None, heads: HeadReader, ctx: Context
+        ) -> Decision[SyncComplete | SyncPending]:
+            backlog = None
+            if (
+                log_offsets
+                and assignment is None
+                and current is not None
+                and current.leader_id == member_id
+                and current.state is GroupState.COMPLETING_REBALANCE
+            ):
+                try:
+                    wanted = sorted({TopicPartition(tp[0], tp[1]) for tp in log_offsets})
+                    backlog = backlog_from_offsets(log_offsets, heads(wanted))
+                except ValueError as exc:
+                    return Decision(start(current, group, ctx), error=InvalidRequestError(f"group {group!r}: {exc}"))
+            return decide_sync(current, group, member_id, generation, instance_id, assignment, ctx, backlog=backlog)
+
+        return self._run(group, decide).result()
+
+    def assignor(self, name: str) -> Assignor:
+        """The assignor this coordinator runs for `name` when the leader leaves the assignment to it."""
+        return self._assignors(name)
 
     def heartbeat(
         self,

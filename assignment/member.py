@@ -18,7 +18,8 @@ Protocols, as in Kafka's consumer:
   before rejoining: the partitions may already belong to someone else, so nothing may be committed.
 
 Example:
-    >>> from cohort.assignment.coordinator import Coordinator
+    >>> from cohort.assignment.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
+from cohort.assignment.coordinator import Coordinator
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
     >>> from cohort.assignment.settings import MemberSettings
     >>> settings = MemberSettings(topics=("orders",))
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
+from cohort.assignment.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import (
     CoordinatorError,
@@ -105,6 +107,9 @@ class GroupMember:
         local_assignors: assignors this member runs itself when it leads (e.g. a custom one the
             coordinator does not know); otherwise the coordinator assigns for the leader.
         topic_metadata: optional callable returning current partition counts, reported before each join.
+        log_offsets: optional callable returning Kafka's (first, end) offsets of the partitions it is given;
+            the leader calls it at the sync when the elected assignor balances backlog (`lag-sticky`). If it
+            raises, the leader syncs without a backlog (the assignor then balances partition counts).
         poll_interval: seconds between polls of a pending join or sync.
         background_rejoin: let the heartbeat thread perform cooperative rebalances.
         sleep / monotonic: time functions for polling (tests pass a function advancing a ManualClock).
@@ -121,6 +126,7 @@ class GroupMember:
         listener: RebalanceListener | None = None,
         local_assignors: Mapping[str, Assignor] | None = None,
         topic_metadata: Callable[[], Mapping[str, int]] | None = None,
+        log_offsets: Callable[[Sequence[TopicPartition]], LogOffsets] | None = None,
         poll_interval: float = 0.1,
         background_rejoin: bool = True,
         sleep: Callable[[float], None] = time.sleep,
@@ -139,6 +145,7 @@ class GroupMember:
         self._request = settings.join_request(instance_id=instance_id, client_id=client_id)
         self._local_assignors = dict(local_assignors or {})
         self._topic_metadata = topic_metadata
+        self._log_offsets = log_offsets
         self._sleep = sleep
         self._monotonic = monotonic
         # Membership state, guarded by _state; _rebalance_lock serialises whole rebalances.
@@ -403,16 +410,30 @@ class GroupMember:
 
     def _sync_until_complete(self, joined: JoinComplete, deadline: float | None) -> SyncComplete | None:
         assignment = None
-        if joined.is_leader and not joined.skip_assignment and joined.protocol in self._local_assignors:
+        offsets = None
+        if joined.is_leader and not joined.skip_assignment:
             subscriptions = {m.member_id: m.subscription for m in joined.members}
             topics = {t for s in subscriptions.values() for t in s.topics}
             counts = {t: n for t, n in joined.partitions_per_topic.items() if t in topics}
-            assignment = self._local_assignors[joined.protocol].assign(counts, subscriptions)
+            local = self._local_assignors.get(joined.protocol)
+            offsets = self._leader_log_offsets(local, joined.protocol, counts)
+            if local is not None:
+                backlog = None
+                if offsets is not None:
+                    committed = self.coordinator.fetch_offsets(self.group, sorted(offsets))
+                    backlog = backlog_from_offsets(offsets, committed)
+                assignment = run_assignor(local, counts, subscriptions, backlog)
+                offsets = None
         while True:
             self._check_deadline(deadline)
             try:
                 answer = self.coordinator.sync(
-                    self.group, joined.member_id, joined.generation, instance_id=self.instance_id, assignment=assignment
+                    self.group,
+                    joined.member_id,
+                    joined.generation,
+                    instance_id=self.instance_id,
+                    assignment=assignment,
+                    log_offsets=offsets,
                 )
             except (RebalanceInProgressError, IllegalGenerationError):
                 return None
@@ -423,6 +444,28 @@ class GroupMember:
                 self._sleep(self.poll_interval)
                 continue
             return answer
+
+    def _leader_log_offsets(
+        self, local: Assignor | None, protocol: str, counts: Mapping[str, int]
+    ) -> LogOffsets | None:
+        """Kafka's (first, end) offsets of every subscribed partition when the elected assignor balances
+        backlog and this member can read them; None otherwise (or when reading them fails: count balance)."""
+        if self._log_offsets is None:
+            return None
+        try:
+            assignor = local if local is not None else self.coordinator.assignor(protocol)
+        except ValueError:  # the coordinator does not know it: the leader's own assignor or nothing
+            return None
+        if not uses_backlog(assignor):
+            return None
+        partitions = [TopicPartition(topic, p) for topic in sorted(counts) for p in range(counts[topic])]
+        try:
+            return dict(self._log_offsets(partitions))
+        except Exception as exc:  # Kafka unreachable: assign by partition counts rather than fail the rebalance
+            log.warning(
+                "group %r: no log offsets for the backlog-aware assignor (%s); balancing counts", self.group, exc
+            )
+            return None
 
     def _start_heartbeat(self) -> None:
         if self._thread is not None and self._thread.is_alive():

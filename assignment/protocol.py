@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cohort.assignment.backlog import Backlog, run_assignor, uses_backlog
 from cohort.assignment.errors import (
     CoordinatorError,
     GroupIdNotFoundError,
@@ -45,7 +46,14 @@ from cohort.assignment.rebalance import (
     remove_member,
     start,
 )
-from cohort.assignment.reconcile import compute_target, reconcile, unassigned_partitions, validate_assignment
+from cohort.assignment.reconcile import (
+    build_subscriptions,
+    compute_target,
+    reconcile,
+    subscribed_partition_counts,
+    unassigned_partitions,
+    validate_assignment,
+)
 from cohort.common.types import TopicPartition
 from cohort.common.validation import INT32_MAX, is_integer
 
@@ -78,11 +86,14 @@ def decide_sync(
     instance_id: str | None,
     assignment: Mapping[str, Sequence[TopicPartition]] | None,
     ctx: Context,
+    backlog: Backlog | None = None,
 ) -> Decision[SyncComplete | SyncPending]:
     """A member's sync: the leader's assignment is stored and the group becomes Stable.
 
     The leader passes `assignment` (member id -> partitions) or None to have the coordinator run the
-    elected assignor. Followers get `SyncPending` until the leader has synced. The stored assignment is
+    elected assignor; `backlog` (records left per partition, `cohort.assignment.backlog`) goes to that
+    assignor if it asks for one, and is ignored otherwise. Followers get `SyncPending` until the leader has
+    synced. The stored assignment is
     reconciled: a partition still held by another member is withheld until that member releases it.
     Errors: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (the group
     is in PreparingRebalance: rejoin), INVALID_REQUEST (a bad leader assignment; nothing is stored).
@@ -102,7 +113,7 @@ def decide_sync(
         if member_id != current.leader_id:
             return Decision(outcome, response=SyncPending(member_id, current.generation))
         try:
-            outcome = _store_assignment(outcome, assignment, ctx)
+            outcome = _store_assignment(outcome, assignment, ctx, backlog)
         except CoordinatorError as error:
             return Decision(outcome, error=error)
     group_now = outcome.group
@@ -126,7 +137,10 @@ def decide_sync(
 
 
 def _store_assignment(
-    outcome: Outcome, assignment: Mapping[str, Sequence[TopicPartition]] | None, ctx: Context
+    outcome: Outcome,
+    assignment: Mapping[str, Sequence[TopicPartition]] | None,
+    ctx: Context,
+    backlog: Backlog | None = None,
 ) -> Outcome:
     group = outcome.group
     assert group.protocol is not None
@@ -138,7 +152,11 @@ def _store_assignment(
                 f"group {group.name!r}: the coordinator cannot run assignor {group.protocol!r} ({exc}); "
                 "the leader must submit the assignment"
             ) from exc
-        assignment = compute_target(group, assignor)
+        if backlog is not None and uses_backlog(assignor):
+            counts, subscriptions = subscribed_partition_counts(group), build_subscriptions(group)
+            assignment = run_assignor(assignor, counts, subscriptions, backlog)
+        else:
+            assignment = compute_target(group, assignor)
     target = validate_assignment(group, assignment)
     held = {mid: m.owned for mid, m in group.members.items()}
     lost = unassigned_partitions(group, target, held)

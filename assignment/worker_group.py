@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from cohort.assignment.assignors import get_assignor
+from cohort.assignment.backlog import LogOffsets
 from cohort.assignment.clock import Clock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.group_state import GroupConfig
@@ -30,6 +31,7 @@ from cohort.assignment.member import GroupMember
 from cohort.assignment.messages import DEFAULT_ASSIGNORS
 from cohort.assignment.settings import MemberSettings
 from cohort.common.names import validate_group_name, validate_topic_name
+from cohort.common.types import TopicPartition
 
 __all__ = ["DEFAULT_STORE_URL", "WorkerGroup", "check_store_url"]
 
@@ -172,8 +174,10 @@ class WorkerGroup:
         *,
         run_id: str | None,
         topic_metadata: Callable[[], Mapping[str, int]] | None = None,
+        log_offsets: Callable[[Sequence[TopicPartition]], LogOffsets] | None = None,
     ) -> GroupMember:
-        """A `GroupMember` for worker slot `slot` (its static instance id), reporting `run_id` as its client id."""
+        """A `GroupMember` for worker slot `slot` (its static instance id), reporting `run_id` as its client id;
+        `log_offsets` (Kafka's (first, end) offsets) feeds a backlog-aware assignor when the slot leads."""
         return GroupMember(
             coordinator,
             self.group,
@@ -181,5 +185,6 @@ class WorkerGroup:
             instance_id=self.instance_id(slot),
             client_id=run_id,
             topic_metadata=topic_metadata,
+            log_offsets=log_offsets,
             poll_interval=0.2,
         )

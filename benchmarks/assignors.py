@@ -8,8 +8,14 @@ so the RSS figures do not mix; kafka-python runs only on the sizes it can handle
 
     python -m benchmarks.assignors --quick   # under a minute: 1k, 10k, 100k; kafka-python at 1k and 10k
     python -m benchmarks.assignors           # adds 1M partitions x 2,000 members and more repeats
+    python -m benchmarks.assignors --lag     # only the lag-aware assignor against sticky, up to 1M x 2,000
 
-The last line printed is one JSON object with the headline figures.
+The lag-aware assignor (`lag-sticky`) runs beside `sticky` in one fresh process per size, equal subscriptions,
+on one skewed backlog (lognormal records per partition, fixed seed): CPU seconds of `assign` (median of 3) and
+the largest member backlog over the lower bound max(ideal share, largest partition), for three rounds: (a)
+initial, nothing owned; (b) rebalance: both start from sticky's count-balanced assignment (lag-sticky's first
+cooperative round is timed; its makespan is the one after the second round completes the moves); (c) one member
+leaves, each from its own initial assignment. The last line printed is one JSON object with the headline figures.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cohort.assignment import StickyAssignor, Subscription
+from cohort.assignment import LagStickyAssignor, StickyAssignor, Subscription
 from cohort.common.types import TopicPartition
 
 MODES = ("equal", "single-topic", "random-subsets")
@@ -202,6 +208,79 @@ def kafka_python_worker(size: Size, mode: str, repeats: int) -> Row:
     return run_rounds(size, mode, repeats, engine)
 
 
+def cpu_timed(call: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+    """The call's result and its median CPU time in seconds (the machine is shared: CPU, not wall)."""
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.process_time()
+        result = call()
+        times.append(time.process_time() - start)
+    return result, statistics.median(times)
+
+
+def skewed_backlog(counts: Mapping[str, int]) -> dict[TopicPartition, int]:
+    """Records left per partition: lognormal (median ~3,000, mean ~4,900, a long tail), fixed seed."""
+    import numpy as np
+
+    keys = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
+    records = np.random.default_rng(42).lognormal(8.0, 1.0, len(keys)).astype(np.int64)
+    return dict(zip(keys, records.tolist(), strict=True))
+
+
+def lag_worker(size: Size, mode: str, repeats: int) -> Row:
+    """lag-sticky and sticky on the same inputs: CPU seconds per round and makespan over the lower bound."""
+    counts, topics, _ = group(size, mode)
+    members = sorted(topics)
+    backlog = skewed_backlog(counts)
+    lower = max(sum(backlog.values()) / len(members), max(backlog.values()))
+    lag, sticky = LagStickyAssignor(), StickyAssignor()
+
+    def makespan(result: Mapping[str, list[TopicPartition]], n: int = len(members)) -> float:
+        bound = max(sum(backlog.values()) / n, max(backlog.values()))
+        return max(sum(backlog[tp] for tp in tps) for tps in result.values()) / bound
+
+    def subs(owned: Mapping[str, list[TopicPartition]], skip: str = "", gen: int = 1) -> dict[str, Subscription]:
+        return {m: Subscription(topics[m], owned.get(m, []), gen if owned else -1) for m in members if m != skip}
+
+    row: Row = {"cpu_s": {}, "makespan": {}, "moved": {}, "lower_bound": lower}
+    fresh = subs({})
+    lag_initial, row["cpu_s"]["lag_initial"] = cpu_timed(lambda: lag.assign(counts, fresh, backlog=backlog), repeats)
+    sticky_initial, row["cpu_s"]["sticky_initial"] = cpu_timed(lambda: sticky.assign(counts, fresh), repeats)
+    row["makespan"] |= {"lag_initial": makespan(lag_initial), "sticky_initial": makespan(sticky_initial)}
+
+    counted = subs(sticky_initial)
+    first, row["cpu_s"]["lag_rebalance"] = cpu_timed(lambda: lag.assign(counts, counted, backlog=backlog), repeats)
+    again, row["cpu_s"]["sticky_rebalance"] = cpu_timed(lambda: sticky.assign(counts, counted), repeats)
+    second = lag.assign(counts, subs(first, gen=2), backlog=backlog)
+    row["makespan"] |= {"lag_rebalance": makespan(second), "sticky_rebalance": makespan(again)}
+    row["moved"] |= {"lag_rebalance": moved(sticky_initial, second), "sticky_rebalance": moved(sticky_initial, again)}
+
+    leaver = members[len(members) // 2]
+    lag_left, sticky_left = subs(lag_initial, leaver), subs(sticky_initial, leaver)
+    after, row["cpu_s"]["lag_leave"] = cpu_timed(lambda: lag.assign(counts, lag_left, backlog=backlog), repeats)
+    peer, row["cpu_s"]["sticky_leave"] = cpu_timed(lambda: sticky.assign(counts, sticky_left), repeats)
+    n = len(members) - 1
+    row["makespan"] |= {"lag_leave": makespan(after, n), "sticky_leave": makespan(peer, n)}
+    row["moved"] |= {"lag_leave": moved(lag_initial, after), "sticky_leave": moved(sticky_initial, peer)}
+    row["peak_rss_mb"] = peak_rss_mb()
+    return row
+
+
+def describe_lag(label: str, row: Row | None, limit: float) -> list[str]:
+    if row is None:
+        return [f"{label:<12} lag-sticky    timed out after {limit:.0f} s"]
+    cpu, span, mv = row["cpu_s"], row["makespan"], row["moved"]
+    lines = []
+    for phase in ("initial", "rebalance", "leave"):
+        lag, peer = cpu[f"lag_{phase}"], cpu[f"sticky_{phase}"]
+        moves = f"  moved {mv[f'lag_{phase}']} / {mv[f'sticky_{phase}']}" if f"lag_{phase}" in mv else ""
+        lines.append(
+            f"{label:<12} {phase:<9} CPU lag-sticky {lag:6.3f} s  sticky {peer:6.3f} s  ratio {lag / peer:4.2f}  "
+            f"makespan / bound {span[f'lag_{phase}']:.3f} / {span[f'sticky_{phase}']:.3f}{moves}"
+        )
+    return lines
+
+
 def child(worker: str, size: Size, mode: str, repeats: int, timeout: float) -> Row | None:
     """Run one worker in a fresh process; None if it exceeded `timeout` seconds."""
     command = [sys.executable, "-m", "benchmarks.assignors", "--worker", worker, "--size", size.label, "--mode", mode]
@@ -230,15 +309,19 @@ def describe(label: str, mode: str, engine: str, row: Row | None, limit: float) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="sizes up to 100k, fewer repeats (under a minute)")
-    parser.add_argument("--worker", choices=["cohort", "kafka-python"], help=argparse.SUPPRESS)
+    parser.add_argument("--lag", action="store_true", help="only lag-sticky against sticky (1k to 1M x 2,000)")
+    parser.add_argument("--worker", choices=["cohort", "kafka-python", "lag"], help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         size = next(s for s in SIZES if s.label == args.size)
-        work = cohort_worker if args.worker == "cohort" else kafka_python_worker
+        work = {"cohort": cohort_worker, "kafka-python": kafka_python_worker, "lag": lag_worker}[args.worker]
         print(json.dumps(work(size, args.mode, args.repeats)))
+        return
+    if args.lag:
+        print(json.dumps(lag_section(SIZES[:3] if args.quick else SIZES)))
         return
 
     sizes = SIZES[:3] if args.quick else SIZES
@@ -290,8 +373,35 @@ def main() -> None:
             "sticky_1m_x_2000_unequal_ms": round(unequal, 1),
             "peak_rss_1m_x_2000_mb": round(peak),
         }
+    summary |= lag_section(sizes)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print(json.dumps(summary))
+
+
+def lag_section(sizes: tuple[Size, ...]) -> dict[str, Any]:
+    """Run lag-sticky beside sticky at each size (equal subscriptions); the headline figures of the largest."""
+    print(f"load average at start of lag-sticky: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    row: Row | None = None
+    for size in sizes:
+        row = child("lag", size, "equal", 3, 900)
+        for line in describe_lag(size.label, row, 900):
+            print(line, flush=True)
+    print(f"load average at end of lag-sticky: {os.getloadavg()[0]:.1f}", flush=True)
+    if row is None:
+        return {}
+    key = sizes[-1].key
+    slowest = max(v for k, v in row["cpu_s"].items() if k.startswith("lag_"))
+    peer = max(v for k, v in row["cpu_s"].items() if k.startswith("sticky_"))
+    return {
+        f"lag_sticky_{key}_cpu_s": round(slowest, 3),
+        f"sticky_{key}_cpu_s": round(peer, 3),
+        f"lag_sticky_{key}_makespan_over_bound": round(
+            max(row["makespan"][k] for k in row["makespan"] if "lag" in k), 3
+        ),
+        f"sticky_{key}_makespan_over_bound": round(
+            max(row["makespan"][k] for k in row["makespan"] if "sticky" in k), 3
+        ),
+    }
 
 
 if __name__ == "__main__":

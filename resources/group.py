@@ -16,12 +16,13 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cohort.assignment import get_assignor
+from cohort.assignment.backlog import LogOffsets
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.group_state import GroupConfig
@@ -30,6 +31,7 @@ from cohort.assignment.messages import DEFAULT_ASSIGNORS
 from cohort.assignment.settings import MemberSettings
 from cohort.assignment.worker_group import DEFAULT_STORE_URL, WorkerGroup, check_store_url
 from cohort.common.names import validate_group_name, validate_topic_name
+from cohort.common.types import TopicPartition
 
 __all__ = ["DEFAULT_STORE_URL", "CohortGroupResource"]
 
@@ -188,10 +190,14 @@ class CohortGroupResource(dg.ConfigurableResource):
         run_id: str | None,
         topic_metadata: Callable[[], Mapping[str, int]] | None = None,
         coordinator: Coordinator | None = None,
+        log_offsets: Callable[[Sequence[TopicPartition]], LogOffsets] | None = None,
     ) -> GroupMember:
-        """A `GroupMember` for worker slot `slot` (static instance id), reporting `run_id` as its client id."""
+        """A `GroupMember` for worker slot `slot` (static instance id), reporting `run_id` as its client id;
+        `log_offsets` (e.g. `KafkaResource.watermarks`) feeds the `lag-sticky` assignor when the slot leads."""
         coordinator = coordinator if coordinator is not None else self.get_coordinator()
-        return self.worker_group().member(coordinator, slot, run_id=run_id, topic_metadata=topic_metadata)
+        return self.worker_group().member(
+            coordinator, slot, run_id=run_id, topic_metadata=topic_metadata, log_offsets=log_offsets
+        )
 
     def close(self) -> None:
         """Close the coordinators this resource opened (their store engines)."""

@@ -1,10 +1,11 @@
-"""Partition assignors: range, roundrobin, sticky, cooperative-sticky, and a registry.
+"""Partition assignors: range, roundrobin, sticky, cooperative-sticky, lag-sticky, and a registry.
 
 Pure Python plus numpy; no Dagster, Spark or Kafka client imports. Every assignor is stateless: owned
 partitions and generations arrive inside each member's `Subscription`.
 """
 
 from cohort.assignment.assignors.cooperative import CooperativeStickyAssignor
+from cohort.assignment.assignors.lag_sticky import LagStickyAssignor
 from cohort.assignment.assignors.range import RangeAssignor
 from cohort.assignment.assignors.registry import (
     UnknownAssignorError,
@@ -17,6 +18,7 @@ from cohort.assignment.assignors.sticky import StickyAssignor
 
 __all__ = [
     "CooperativeStickyAssignor",
+    "LagStickyAssignor",
     "RangeAssignor",
     "RoundRobinAssignor",
     "StickyAssignor",

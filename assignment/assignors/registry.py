@@ -1,4 +1,4 @@
-"""Assignors by name: the four built-ins plus any custom assignor registered at start-up.
+"""Assignors by name: the five built-ins plus any custom assignor registered at start-up.
 
 The coordinator looks a group's strategy up here by the name its members agreed on. Registration is
 process-wide configuration (like Kafka's `partition.assignment.strategy` class list), not assignment state:
@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from cohort.assignment.assignors.cooperative import CooperativeStickyAssignor
+from cohort.assignment.assignors.lag_sticky import LagStickyAssignor
 from cohort.assignment.assignors.range import RangeAssignor
 from cohort.assignment.assignors.roundrobin import RoundRobinAssignor
 from cohort.assignment.assignors.sticky import StickyAssignor
@@ -72,5 +73,11 @@ def available_assignors() -> list[str]:
         return sorted(_assignors)
 
 
-for _builtin in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor(), CooperativeStickyAssignor()):
+for _builtin in (
+    RangeAssignor(),
+    RoundRobinAssignor(),
+    StickyAssignor(),
+    CooperativeStickyAssignor(),
+    LagStickyAssignor(),
+):
     register_assignor(_builtin)

@@ -158,7 +158,13 @@ def run_slot(
         def subscribed() -> dict[str, int]:
             return subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
 
-        member = group.member(coordinator, slot, run_id=client_id, topic_metadata=subscribed)
+        member = group.member(
+            coordinator,
+            slot,
+            run_id=client_id,
+            topic_metadata=subscribed,
+            log_offsets=lambda partitions: watermarks(kafka, partitions),  # the lag-sticky assignor's backlog
+        )
 
         def session() -> Any:
             nonlocal owned

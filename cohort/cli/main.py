@@ -432,7 +432,16 @@ def delete(group: str, store_url: str | None) -> None:
 @_STORE
 @click.option("--members", type=click.IntRange(1, 100_000), default=None, help="A synthetic group of N members.")
 @click.option("--partitions", "partitions", multiple=True, help="TOPIC:COUNT for a synthetic group (repeatable).")
-@click.option("--assignor", default="sticky", show_default=True, help="range, roundrobin, sticky, cooperative-sticky.")
+@click.option(
+    "--assignor", default="sticky", show_default=True, help="range, roundrobin, sticky, cooperative-sticky, lag-sticky."
+)
+@click.option(
+    "--backlog",
+    "backlog_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help='JSON file of records left per partition, {"TOPIC:PARTITION": N}, for lag-sticky (and the backlog columns).',
+)
 @click.option("--leave", multiple=True, help="A member that leaves (id, instance id or member-N).")
 @click.option("--join", "joins", type=click.IntRange(0, 10_000), default=0, help="How many members join.")
 @_JSON
@@ -442,6 +451,7 @@ def simulate(
     members: int | None,
     partitions: tuple[str, ...],
     assignor: str,
+    backlog_file: str | None,
     leave: tuple[str, ...],
     joins: int,
     as_json: bool,
@@ -450,6 +460,7 @@ def simulate(
     from cohort.cli.ops import live_group_state, simulate_change
 
     current = subscriptions = None
+    backlog = _read_backlog(backlog_file) if backlog_file else None
     try:
         if group is not None:
             with _coordinator(store_url) as coordinator:
@@ -462,7 +473,14 @@ def simulate(
             names = [f"member-{i}" for i in range(1, members + 1)]
         added = [f"new-member-{i}" for i in range(1, joins + 1)]
         plan = simulate_change(
-            counts, names, assignor=assignor, current=current, subscriptions=subscriptions, leave=leave, join=added
+            counts,
+            names,
+            assignor=assignor,
+            current=current,
+            subscriptions=subscriptions,
+            leave=leave,
+            join=added,
+            backlog=backlog,
         )
     except ValueError as exc:  # unknown assignor or member, bad counts
         raise click.ClickException(str(exc)) from exc
@@ -474,14 +492,48 @@ def simulate(
                     "rounds": plan.rounds,
                     "moved": [{"topic": t, "partition": p, "from": a, "to": b} for t, p, a, b in plan.moved],
                     "after": {m: [str(tp) for tp in tps] for m, tps in plan.after.items()},
+                    "backlog": {m: {"before": b, "after": a} for m, (b, a) in plan.records.items()},
                 }
             )
         )
         return
     every = sorted(set(plan.before) | set(plan.after))
     rows = [[m, len(plan.before.get(m, ())), len(plan.after.get(m, ()))] for m in every]
-    print_table(f"Assignor {plan.assignor}: {len(plan.moved)} partition(s) move", ["MEMBER", "BEFORE", "AFTER"], rows)
+    headers = ["MEMBER", "BEFORE", "AFTER"]
+    if plan.records:
+        headers += ["BACKLOG BEFORE", "BACKLOG AFTER"]
+        rows = [[*row, *plan.records.get(str(row[0]), (0, 0))] for row in rows]
+    print_table(f"Assignor {plan.assignor}: {len(plan.moved)} partition(s) move", headers, rows)
     print_table("Moves", ["TOPIC", "PARTITION", "FROM", "TO"], [list(m) for m in plan.moved])
+
+
+def _read_backlog(path: str) -> dict[TopicPartition, int]:
+    """A JSON object of "TOPIC:PARTITION" -> records left; a bad file is a usage error naming the problem."""
+    from pathlib import Path
+
+    from cohort.common.types import TopicPartition
+
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--backlog") from None
+    if not isinstance(raw, dict):
+        raise click.BadParameter('expected a JSON object {"TOPIC:PARTITION": records}', param_hint="--backlog")
+    backlog: dict[TopicPartition, int] = {}
+    for key, records in raw.items():
+        topic, _, number = str(key).rpartition(":")
+        if (
+            not topic
+            or not number.isdigit()
+            or isinstance(records, bool)
+            or not isinstance(records, int)
+            or records < 0
+        ):
+            raise click.BadParameter(
+                f"expected TOPIC:PARTITION -> records >= 0, got {key!r}: {records!r}", param_hint="--backlog"
+            )
+        backlog[TopicPartition(topic, int(number))] = records
+    return backlog
 
 
 def _parse_counts(items: tuple[str, ...]) -> dict[str, int]:

@@ -12,9 +12,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from cohort.assignment import Subscription, get_assignor
+from cohort.assignment.backlog import run_assignor
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.types import Assignment
 from cohort.common.types import TopicPartition
@@ -137,7 +138,7 @@ class WhatIf:
     """The assignment before and after a membership change, and which partitions move.
 
     `moved` lists (topic, partition, from member, to member); `rounds` is 2 for a cooperative assignor
-    (revoke, then assign).
+    (revoke, then assign). `records`: member -> (backlog before, backlog after) when a backlog was given.
     """
 
     assignor: str
@@ -145,6 +146,7 @@ class WhatIf:
     after: Mapping[str, tuple[TopicPartition, ...]]
     moved: tuple[tuple[str, int, str | None, str | None], ...]
     rounds: int
+    records: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _converge(
@@ -175,13 +177,20 @@ def simulate_change(
     leave: Sequence[str] = (),
     join: Sequence[str] = (),
     generation: int = 1,
+    backlog: Mapping[TopicPartition, int] | None = None,
 ) -> WhatIf:
     """What `assignor` does when `leave` members go and `join` members arrive.
 
     `current` is the assignment now (a live group's); without it, the assignor's own assignment of
     `members` is the starting point. Every member subscribes to every topic unless `subscriptions` says.
+    `backlog` (records left per partition) goes to an assignor that balances backlog (`lag-sticky`), and
+    each member's backlog before and after is reported.
     """
     chosen = get_assignor(assignor)
+
+    def assign(counts: Mapping[str, int], subs: Mapping[str, Subscription]) -> Assignment:
+        return run_assignor(chosen, counts, subs, backlog)
+
     unknown = sorted(set(leave) - set(members))
     if unknown:
         raise ValueError(f"cannot remove {unknown}: not members ({sorted(members)})")
@@ -191,11 +200,11 @@ def simulate_change(
     topics_of = {m: tuple((subscriptions or {}).get(m, sorted(partitions_per_topic))) for m in [*members, *join]}
     counts = dict(partitions_per_topic)
     if current is None:
-        before, _ = _converge(chosen.assign, counts, {m: topics_of[m] for m in members}, {}, generation)
+        before, _ = _converge(assign, counts, {m: topics_of[m] for m in members}, {}, generation)
     else:
         before = {m: tuple(sorted(current.get(m, ()))) for m in members}
     after_members = {m: topics_of[m] for m in [*members, *join] if m not in set(leave)}
-    after, rounds = _converge(chosen.assign, counts, after_members, before, generation)
+    after, rounds = _converge(assign, counts, after_members, before, generation)
     owner_before = {tp: m for m, tps in before.items() for tp in tps}
     owner_after = {tp: m for m, tps in after.items() for tp in tps}
     moved = tuple(
@@ -203,7 +212,11 @@ def simulate_change(
         for tp in sorted(set(owner_before) | set(owner_after))
         if owner_before.get(tp) != owner_after.get(tp)
     )
-    return WhatIf(assignor, before, after, moved, rounds)
+    records = {}
+    if backlog is not None:
+        for member in sorted(set(before) | set(after)):
+            records[member] = tuple(sum(backlog.get(tp, 0) for tp in side.get(member, ())) for side in (before, after))
+    return WhatIf(assignor, before, after, moved, rounds, {m: (b, a) for m, (b, a) in records.items()})
 
 
 def live_group_state(
