@@ -92,7 +92,10 @@ def test_compaction_keeps_replays_and_the_audit_exact(
     assert (code, report["ok"]) == (0, True), report
 
 
-@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+@pytest.mark.parametrize(
+    "table_format",
+    ["delta", pytest.param("iceberg", marks=pytest.mark.slow)],  # the audit's code path is shared: CI runs one
+)
 def test_a_compaction_cohort_did_not_make_is_named_by_the_audit(
     table_format: str,
     spark: Any,
