@@ -199,6 +199,7 @@ def run_worker(
         slot,
         run_id=context.run_id,
         topic_metadata=lambda: kafka.subscribed_partition_counts(group.topics, group.topic_pattern),
+        log_offsets=kafka.watermarks,  # the leader's view of each partition's backlog, for lag-sticky
     )
 
     def on_assignment(assignment: Sequence[TopicPartition], counts: Mapping[str, int]) -> None:
