@@ -23,7 +23,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, task
 
-from cohort.airflow.lineage import group_alias
+from cohort.airflow.connection import KafkaConnectionError, bootstrap_of, kafka_config
+from cohort.airflow.lineage import group_alias, topic_asset
 from cohort.airflow.slot import AirflowGroup, run_slot
 from cohort.airflow.trigger import GroupWatchTrigger, group_settings
 from cohort.assignment.worker_group import WorkerGroup
@@ -64,6 +65,20 @@ def slots_for(group: WorkerGroup, triggering_asset_events: Mapping[Any, Iterable
     return sorted(named) if named else group.slots()
 
 
+def known_topic_assets(config: AirflowGroup) -> list[Asset]:
+    """The assets of the group's explicitly subscribed topics, declared when the DAG is parsed so that Airflow
+    creates them once, before any slot task emits events for them: two slot tasks registering the same new
+    asset at once collide in Airflow's database and one of them fails. Empty when the Kafka connection cannot be
+    read where the DAG is parsed (the slot tasks then create the assets as they first emit)."""
+    if not config.group.topics:
+        return []
+    try:
+        bootstrap = bootstrap_of(kafka_config(config.kafka_conn_id))
+    except KafkaConnectionError:
+        return []
+    return [topic_asset(bootstrap, topic) for topic in config.group.topics]
+
+
 def cohort_dag(
     config: AirflowGroup,
     *,
@@ -98,7 +113,7 @@ def cohort_dag(
         doc_md=f"Batches of consumer group `{group.group}`: one task per worker slot ({group.worker_slots}).",
     ) as dag:
 
-        @task(task_id="slots")
+        @task(task_id="slots", inlets=known_topic_assets(config))  # inlets: registered, never emitted to
         def slots(**context: Any) -> list[int]:
             return slots_for(group, context.get("triggering_asset_events"))
 

@@ -154,6 +154,7 @@ def deploy(tmp_path: Path, kafka_config: dict[str, Any]) -> Iterator[Any]:
         yield make
 
 
+@pytest.mark.timeout(900)  # Airflow's processes start in minutes on a loaded 2-core machine
 def test_two_slots_land_a_topic_once_with_airflow_processes_and_the_cli_sees_the_group(
     deploy, kafka_config, topic_factory, produce_records
 ):

@@ -71,3 +71,25 @@ def test_ranges_the_slot_committed_without_an_event_are_reported_once_by_the_nex
         assert topic_uri("broker:9092", "t") == "kafka://broker:9092/t"
     finally:
         coordinator.close()
+
+
+def test_the_dag_declares_its_topics_assets_where_it_is_parsed(monkeypatch):
+    """Airflow creates a DAG's declared assets when it parses the DAG, so two slot tasks never register the same
+    new topic asset at once (which fails one of them); without a readable connection nothing is declared."""
+    from pyspark.sql import types as T
+
+    from cohort.airflow.dag import cohort_dag, known_topic_assets
+    from cohort.airflow.slot import AirflowGroup
+    from cohort.pipelines.spec import PipelineSpec
+
+    schema = T.StructType([T.StructField("id", T.LongType())])
+    pipeline = PipelineSpec(sink_path="/tmp/unused", value_format="json", value_schema=schema)
+    config = AirflowGroup(WorkerGroup("g", topics=("orders", "clicks"), worker_slots=2), pipeline)
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT", raising=False)
+    assert known_topic_assets(config) == []
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "Broker1:9092,b2:9092"}}'
+    )
+    assert [a.uri for a in known_topic_assets(config)] == [topic_uri("broker1:9092", t) for t in ("orders", "clicks")]
+    slots = cohort_dag(config, watch=False).get_task("slots")
+    assert {a.uri for a in slots.inlets} == {"kafka://broker1:9092/orders", "kafka://broker1:9092/clicks"}
