@@ -16,7 +16,7 @@ from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
 from tests.dagster.support import config_for, definitions_for, json_records
 from tests.dagster.test_replay_kafka import COHORT, audit
-from tests.dagster.test_sink_check_readers import _full_checks
+from tests.dagster.test_worker import _checks
 
 T = DagsterCohortTranslator()
 
@@ -50,7 +50,7 @@ def test_a_folded_history_keeps_the_audit_the_checks_and_replays_working(
 
     code, report = audit(setup, config.group)
     assert (code, report["ok"]) == (0, True), report
-    checks = _full_checks(defs, config, instance)
+    checks = _checks(defs, config, instance, full=True)
     assert all(e.passed for e in checks.values()), {n: e.metadata for n, e in checks.items() if not e.passed}
     described = subprocess.run(
         [COHORT, "describe", config.group, "--store-url", setup.store_url, "--json"],

@@ -7,7 +7,6 @@ offset reset whose replay has not run yet passes it, and is said."""
 import shutil
 from pathlib import Path
 
-from cohort.assets.checks import AUDIT_TAG
 from cohort.assets.translator import CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
@@ -16,12 +15,6 @@ from tests.dagster.support import config_for, definitions_for, json_records
 from tests.dagster.test_worker import _checks
 
 T = DagsterCohortTranslator()
-
-
-def _full_checks(defs, config, instance):
-    job = defs.resolve_job_def(T.get_checks_job_name(config.group))
-    result = job.execute_in_process(instance=instance, tags={AUDIT_TAG: "full"})
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
 def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
@@ -44,7 +37,7 @@ def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
     assert spark.read.parquet(setup.sink).count() == 20 + 2 * 10  # readers see partition 0's offsets three times
 
     assert _checks(defs, config, instance)[CHECK_SINK].passed  # older ranges: not read after a batch
-    failed = _full_checks(defs, config, instance)[CHECK_SINK]
+    failed = _checks(defs, config, instance, full=True)[CHECK_SINK]
     assert not failed.passed and failed.metadata["cohort/problems"].value == 2
     details = failed.metadata["cohort/details"].value
     assert all(f"{copy} (" in details for copy in copies), details
@@ -93,4 +86,4 @@ def test_the_check_after_a_batch_reads_the_new_ranges_and_keeps_failing_until_fi
         assert "[10, 15)" in failed.metadata["cohort/details"].value, failed.metadata["cohort/details"].value
     shutil.move(moved, newest)
     assert _checks(defs, config, instance)[CHECK_SINK].passed
-    assert _full_checks(defs, config, instance)[CHECK_SINK].passed
+    assert _checks(defs, config, instance, full=True)[CHECK_SINK].passed
