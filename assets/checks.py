@@ -22,12 +22,11 @@ from cohort.assets.audit import PartitionAudit, gather_audits
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.trail import TrailMark
 from cohort.common.types import TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.sink_audit import REPAIR_HINTS, PartitionRecords, output_layouts, read_records, stray_findings
-from cohort.pipelines.sink_since import SinkMark, read_records_since, sink_trail
+from cohort.pipelines.sink_since import mark_after, read_records_since, sink_trail
 from cohort.pipelines.table_audit import (
     TABLE_REPAIR_HINTS,
     audit_table_partition,
@@ -205,9 +204,7 @@ def _parquet_records(
     records = []
     for tp in tps:
         mark = marks.get(tp)
-        since = None
-        if mark is not None:
-            since = read_records_since(coordinator, group, tp, layouts, SinkMark(tp, mark.ledger_id, mark.head))
+        since = None if mark is None else read_records_since(coordinator, group, tp, layouts, mark)
         records.append(since or read_records(coordinator, group, tp, layouts, fs, count_rows=False))
     return records
 
@@ -216,9 +213,5 @@ def _advance_sink_marks(
     coordinator: Coordinator, group: str, layouts: Mapping[str, SinkLayout], clean: Collection[PartitionRecords]
 ) -> None:
     """Store how far each partition's sink was found to match its ledger (marks never move back)."""
-    marks = [m for m in (SinkMark.after(r) for r in clean) if m is not None]
-    coordinator.advance_trail_marks(
-        group,
-        sink_trail(layouts["sink"].root),
-        [TrailMark(m.tp.topic, m.tp.partition, ledger_id=m.ledger_id, head=m.head) for m in marks],
-    )
+    marks = [m for m in (mark_after(r) for r in clean) if m is not None]
+    coordinator.advance_trail_marks(group, sink_trail(layouts["sink"].root), marks)

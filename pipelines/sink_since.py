@@ -2,8 +2,9 @@
 
 Comparing a partition's whole ledger with its whole folder after every batch costs what the history costs (a
 listing and a ledger read of every range ever committed). The check after a batch instead keeps, per
-partition and sink root, a mark (`SinkMark`: every ledger entry up to `ledger_id` was found in the sink, which
-ends at offset `head`), reads the ledger entries after it and lists only the range directories they name.
+partition and sink root, a mark (a `TrailMark` whose trail is the sink: every ledger entry up to `ledger_id` was
+found in the sink, which ends at offset `head`), reads the ledger entries after it and lists only the range
+directories they name.
 The mark advances only over a reading with no finding, so a problem is seen again at every check until fixed.
 
 What such a reading cannot see is anything that happened to older ranges (a directory copied, removed or
@@ -16,15 +17,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from cohort.assignment.trail import TrailMark
 from cohort.common.types import TopicPartition
 from cohort.pipelines.audit_ledger import fold_ledger, ledger_entries
 from cohort.pipelines.sink import SinkLayout, range_dir_name
 from cohort.pipelines.sink_audit import LedgerReader, PartitionRecords, range_dirs_listed
 from cohort.pipelines.sink_tree import OutputTree, strays
 
-__all__ = ["SinkMark", "read_records_since", "sink_trail"]
+__all__ = ["mark_after", "read_records_since", "sink_trail"]
 
 SINK_TRAIL_PREFIX = "sink:"
 
@@ -35,25 +36,15 @@ def sink_trail(root: str) -> str:
     return SINK_TRAIL_PREFIX + hashlib.sha256(root.rstrip("/").encode()).hexdigest()[:40]
 
 
-@dataclass(frozen=True)
-class SinkMark:
-    """Every ledger entry of the partition up to `ledger_id` was found in the sink, which ends at `head`
-    (`ledger_id` 0: never checked)."""
-
-    tp: TopicPartition
-    ledger_id: int = 0
-    head: int | None = None
-
-    @classmethod
-    def after(cls, records: PartitionRecords) -> SinkMark | None:
-        """The mark a reading with no finding leaves (None when its ledger has no entry ids)."""
-        if records.through_id is None:
-            return None
-        return cls(records.tp, records.through_id, records.head)
+def mark_after(records: PartitionRecords) -> TrailMark | None:
+    """The mark a reading with no finding leaves (None when its ledger has no entry ids)."""
+    if records.through_id is None:
+        return None
+    return TrailMark(records.tp.topic, records.tp.partition, ledger_id=records.through_id, head=records.head)
 
 
 def read_records_since(
-    ledger: LedgerReader, group: str, tp: TopicPartition, layouts: Mapping[str, SinkLayout], mark: SinkMark
+    ledger: LedgerReader, group: str, tp: TopicPartition, layouts: Mapping[str, SinkLayout], mark: TrailMark
 ) -> PartitionRecords | None:
     """The partition's records since `mark`: the ledger entries after it and the range directories they name,
     in each output (rows not counted). None when the whole partition must be read instead: no mark yet, or new
