@@ -29,12 +29,15 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
 )
 
+from cohort.assets.busy_slots import busy_slots
 from cohort.assets.checks import AUDIT_TAG
 from cohort.assets.group_batch import REGISTRY_RESOURCE_KEY, build_group_assets, needs_registry_resource
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
+from cohort.assets.slot_runs import live_member_runs, runs_in_flight
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator, safe_name
 from cohort.assets.worker import GROUP_TAG, SLOT_TAG, BatchRunner, worker_run_config
 from cohort.assignment.clock import Clock
+from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.schema_registry import SchemaRegistryResource
 from cohort.resources.spark import SparkResource
@@ -70,11 +73,13 @@ def build_worker_schedule(
     job: AssetJob,
     translator: DagsterCohortTranslator,
     *,
+    clock: Clock | None = None,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.ScheduleDefinition | None:
     """A schedule launching one run per worker slot of this host (`config.launched_slots`) on
     `config.schedule` (stopped unless `default_status` says RUNNING: a deployment that should batch from its
-    first start, with no one to turn it on)."""
+    first start, with no one to turn it on). A slot whose previous run is still in flight is skipped
+    (`cohort.assets.busy_slots`): an overloaded group slows down instead of fencing its own runs."""
     if config.schedule is None:
         return None
     slots = config.launched_slots
@@ -84,17 +89,34 @@ def build_worker_schedule(
         cron_schedule=config.schedule,
         job=job,
         default_status=default_status,
-        description=f"One batch of group {config.group!r}: a run per worker slot.",
+        required_resource_keys={config.resource_key},
+        description=(
+            f"One batch of group {config.group!r}: a run per worker slot, except slots whose previous batch is "
+            "still in flight (a second run of a slot would fence the first)."
+        ),
     )
-    def worker_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
+    def worker_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
         when = context.scheduled_execution_time.isoformat()
+        group: CohortGroupResource = getattr(context.resources, config.resource_key)
+        coordinator = group.get_coordinator(clock)
+        now = coordinator.clock.now()
+        busy = busy_slots(
+            runs_in_flight(context.instance, config.group, job.name, slots),
+            live_member_runs(coordinator.store.load(config.group), now),
+            now,
+        )
+        for slot, why in sorted(busy.items()):
+            context.log.info(f"group {config.group!r}: slot {slot} skipped, its batch is in flight ({why})")
+        launch = [slot for slot in slots if slot not in busy]
+        if not launch:
+            return dg.SkipReason(f"every slot of group {config.group!r} has a batch in flight")
         return [
             dg.RunRequest(
                 run_key=f"{config.group}:slot-{slot}:scheduled-{when}",
                 run_config=worker_run_config(config, slot),
                 tags={GROUP_TAG: config.group, SLOT_TAG: str(slot)},
             )
-            for slot in slots
+            for slot in launch
         ]
 
     return worker_schedule
@@ -157,7 +179,7 @@ def cohort_assets(
         assets=assets,
         worker_job=job,
         checks_job=checks_job,
-        schedule=build_worker_schedule(config, job, translator, default_status=schedule_status),
+        schedule=build_worker_schedule(config, job, translator, clock=clock, default_status=schedule_status),
         audit_schedule=build_audit_schedule(config, checks_job, default_status=schedule_status),
     )
 

@@ -20,7 +20,7 @@ budget is spent, resuming at the next tick.
 import hashlib
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -28,11 +28,14 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition as AssetJob,  # what dg.define_asset_job returns; not re-exported by dagster
 )
 
+from cohort.assets.busy_slots import busy_slots
 from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
 from cohort.assets.membership import Rerun, RunState, RunView, decide_evictions, decide_reruns
+from cohort.assets.slot_runs import is_batch_run, live_member_runs, runs_in_flight, slots_of_run
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
-from cohort.assets.worker import ALL_SLOTS, GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
+from cohort.assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG, worker_run_config
 from cohort.assignment.clock import Clock
+from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError, StoreError
 from cohort.assignment.group_state import GroupRecord, subscribed_counts
 from cohort.resources.group import CohortGroupResource
@@ -62,36 +65,11 @@ _DAGSTER_STATES = {
 }
 
 
-def _slots_of_run(run: dg.DagsterRun, slots: tuple[int, ...]) -> tuple[int, ...]:
-    """The worker slots a batch run of the group hosts: its `cohort/slot` tag (every batch run sets it), or
-    its op config (one slot, or `all`: this host's `slots`) for a run that ended before tagging itself."""
-    tagged = run.tags.get(SLOT_TAG, "")
-    if tagged and all(part.isdigit() for part in tagged.split(",")):
-        return tuple(int(part) for part in tagged.split(","))
-    ops = (run.run_config or {}).get("ops")
-    for op in ops.values() if isinstance(ops, dict) else ():
-        config = op.get("config") if isinstance(op, dict) else None
-        slot = config.get("slot") if isinstance(config, dict) else None
-        if slot == ALL_SLOTS:
-            return slots
-        if isinstance(slot, str) and slot.isdigit():
-            return (int(slot),)
-        if isinstance(slot, int) and not isinstance(slot, bool):
-            return (slot,)
-    return slots  # no config: the default hosts every slot of this host
-
-
-def _is_batch_run(run: dg.DagsterRun, group: str, worker_job: str) -> bool:
-    """A run of the group's worker job, or one Materialize launched (Dagster's implicit asset job, tagged
-    with the group by the batch op)."""
-    return run.job_name == worker_job or run.tags.get(GROUP_TAG) == group
-
-
 def _view(run: dg.DagsterRun, group: str, worker_job: str, slots: tuple[int, ...]) -> RunView:
     return RunView(
         run.run_id,
         _DAGSTER_STATES.get(run.status, RunState.OTHER),
-        slots=_slots_of_run(run, slots) if _is_batch_run(run, group, worker_job) else (),
+        slots=slots_of_run(run, slots) if is_batch_run(run, group, worker_job) else (),
         rerun_of=run.tags.get(RERUN_TAG) or None,
     )
 
@@ -185,7 +163,15 @@ def _membership_tick(
     for note in decided.notes:
         (context.log.warning if note.level == "warning" else context.log.info)(f"group {config.group!r}: {note.text}")
     requests = []
+    busy = _busy_after_losses(context.instance, config, worker_job, coordinator, known) if decided.reruns else None
     for rerun in decided.reruns:
+        held = busy(rerun.of) if busy is not None else {}
+        if rerun.slot in held:  # a run of the slot in flight resumes from the committed offsets: no second run
+            context.log.info(
+                f"group {config.group!r}: slot {rerun.slot} ({rerun.reason}) is left to its batch in flight "
+                f"({held[rerun.slot]})"
+            )
+            continue
         # other Dagster instances on the same store see the same loss: the store answers which one reruns it
         holder = coordinator.claim_rerun(config.group, lost=rerun.loss, slot=rerun.slot, holder=host)
         if holder == host:
@@ -193,6 +179,24 @@ def _membership_tick(
         else:
             context.log.info(f"group {config.group!r}: slot {rerun.slot} ({rerun.reason}) is rerun by {holder}")
     return decided.cursor, requests
+
+
+def _busy_after_losses(
+    instance: dg.DagsterInstance,
+    config: CohortConfig,
+    worker_job: str,
+    coordinator: Coordinator,
+    known: Mapping[str, tuple[int | None, str | None]],
+) -> Callable[[str], dict[int, str]]:
+    """The slots a run in flight still holds once this tick's evictions and expiries applied, as a function of
+    the lost run being rerun: runs of removed members hold nothing (they were lost, not starting)."""
+    record = coordinator.store.load(config.group)
+    members = record.members if record is not None else {}
+    now = coordinator.clock.now()
+    live = live_member_runs(record, now)
+    removed = {rid for mid, (_slot, rid) in known.items() if rid and mid not in members}
+    in_flight = runs_in_flight(instance, config.group, worker_job, config.launched_slots)
+    return lambda lost: busy_slots(in_flight, live, now, ignore={*removed, lost})
 
 
 def build_membership_sensor(

@@ -112,7 +112,13 @@ def test_schedule_launches_one_run_per_slot(sqlite_url):
     )
     schedule = cohort_assets(config).schedule
     assert schedule is not None and schedule.default_status is dg.DefaultScheduleStatus.STOPPED
-    with dg.build_schedule_context(scheduled_execution_time=datetime(2026, 11, 21, 12, 0, tzinfo=UTC)) as context:
+    when = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(
+            instance=instance, resources={config.resource_key: config.group_resource}, scheduled_execution_time=when
+        ) as context,
+    ):
         requests = schedule.evaluate_tick(context).run_requests
     assert [r.tags["cohort/slot"] for r in requests] == ["1", "2", "3"]
     assert requests[0].run_key == "orders-ingest:slot-1:scheduled-2026-11-21T12:00:00+00:00"

@@ -5,11 +5,14 @@ Time is a ManualClock: sessions expire because the test moves the clock, never b
 
 import json
 import re
+import time
 import uuid
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
 
+from cohort.assets.busy_slots import STARTING_GRACE_S
 from cohort.assets.cursors import MembershipCursor, TopicCursor
 from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
@@ -351,3 +354,72 @@ def test_a_failed_materialize_run_reruns_every_slot_it_hosted(sqlite_url, kafka_
         ("2", failed),
     ]
     assert {r.job_name for r in second.run_requests} == {T.get_job_name(config.group)}
+
+
+def _in_flight(instance: dg.DagsterInstance, job_name: str, slot: int, status: dg.DagsterRunStatus) -> str:
+    """A batch run of `slot` that Dagster records as `status` (queued, or running in a process of its own)."""
+    run = dg.DagsterRun(
+        job_name=job_name,
+        run_id=str(uuid.uuid4()),
+        status=status,
+        tags={"cohort/slot": str(slot)},
+        run_config={"ops": {"cohort_worker_op__x": {"config": {"slot": str(slot)}}}},
+    )
+    return instance.add_run(run).run_id
+
+
+def _schedule_slots(defs: dg.Definitions, config: CohortConfig, instance: dg.DagsterInstance) -> list[str]:
+    """Evaluate the group's schedule as the daemon does; the slots it launches."""
+    schedule = defs.resolve_schedule_def(f"cohort_batches__{config.group.replace('-', '_')}")
+    resources = {config.resource_key: config.group_resource}
+    when = datetime.now(UTC)
+    with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=when) as context:
+        result = schedule.evaluate_tick(context)
+    return sorted(r.tags["cohort/slot"] for r in result.run_requests or [])
+
+
+def test_the_schedule_launches_no_slot_whose_batch_is_still_in_flight(sqlite_url, kafka_config):
+    """A batch slower than the schedule's interval: its slot is not launched again (a second run would fence
+    it), until its run can no longer commit (its session expired) or never started within the grace."""
+    clock = ManualClock(time.time())  # Dagster records runs in wall-clock time
+    config = CohortConfig(_config("slow", sqlite_url).group_resource, schedule="* * * * *")
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    defs = build_cohort_definitions([config], kafka=kafka, clock=clock)
+    job_name = T.get_job_name(config.group)
+    coordinator = config.group_resource.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 3})
+    with dg.instance_for_test() as instance:
+        assert _schedule_slots(defs, config, instance) == ["1", "2", "3"]
+        reading = _in_flight(instance, job_name, 1, dg.DagsterRunStatus.STARTED)
+        _in_flight(instance, job_name, 2, dg.DagsterRunStatus.NOT_STARTED)  # launched, not running yet
+        killed_early = _in_flight(instance, job_name, 3, dg.DagsterRunStatus.STARTED)
+        assert _schedule_slots(defs, config, instance) == []  # all three in flight (3 is within its grace)
+        clock.advance(STARTING_GRACE_S + 1)
+        _form_group(coordinator, config.group, {1: reading})  # slot 1's run joined and heartbeats
+        assert killed_early not in {m.client_id for m in coordinator.store.load(config.group).members.values()}
+        assert _schedule_slots(defs, config, instance) == ["3"]  # never joined within the grace: lost
+        clock.advance(11)  # slot 1's run stops heartbeating (killed): its session expires
+        assert _schedule_slots(defs, config, instance) == ["1", "3"]
+
+
+def test_a_lost_slot_with_another_batch_in_flight_is_not_rerun(sqlite_url, kafka_config):
+    """A member lost while the schedule already launched its slot's next run: that run resumes from the
+    committed offsets; a rerun beside it would fence it."""
+    clock = ManualClock(time.time())
+    config = _config("taken-over", sqlite_url)
+    coordinator = config.group_resource.get_coordinator(clock)
+    coordinator.report_topic_metadata(config.group, {"orders": 2})
+    kafka = KafkaResource(bootstrap_servers=kafka_config["bootstrap.servers"])
+    resources = {config.resource_key: config.group_resource, "kafka": kafka}
+    job_name = T.get_job_name(config.group)
+    with dg.instance_for_test() as instance:
+        lost_1 = _in_flight(instance, job_name, 1, dg.DagsterRunStatus.STARTED)
+        lost_2 = _in_flight(instance, job_name, 2, dg.DagsterRunStatus.STARTED)
+        _form_group(coordinator, config.group, {1: lost_1, 2: lost_2})
+        sensor = _membership([config], resources, clock)
+        first = _tick(sensor, instance, resources)
+        _in_flight(instance, job_name, 1, dg.DagsterRunStatus.NOT_STARTED)  # the schedule's next batch of slot 1
+        clock.advance(11)  # both runs were killed: their sessions expire
+        second = _tick(sensor, instance, resources, cursor=first.cursor)
+        assert [(r.tags["cohort/slot"], r.tags["cohort/rerun_of"]) for r in second.run_requests] == [("2", lost_2)]
+        assert _tick(sensor, instance, resources, cursor=second.cursor).run_requests == []

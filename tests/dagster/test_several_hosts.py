@@ -61,7 +61,9 @@ def test_each_host_schedules_and_follows_topic_growth_for_its_own_slots(sqlite_u
         schedule = defs.resolve_schedule_def(f"cohort_batches__{GROUP.replace('-', '_')}")
         with dg.instance_for_test() as instance:
             when = datetime(2026, 11, 25, tzinfo=UTC)
-            with dg.build_schedule_context(instance=instance, scheduled_execution_time=when) as context:
+            with dg.build_schedule_context(
+                instance=instance, resources=_resources(config), scheduled_execution_time=when
+            ) as context:
                 assert _slots(schedule.evaluate_tick(context).run_requests) == expected
             topic_sensor = defs.resolve_sensor_def("cohort_topic_sensor")
             first = _tick(topic_sensor, instance, _resources(config))
