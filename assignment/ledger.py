@@ -61,7 +61,7 @@ def plan_ranges(
     new_heads: dict[TopicPartition, int] = {}
     for r in ranges:
         tp = r.topic_partition
-        if r.gap_reason is not None and (r.records or r.quarantined):
+        if r.gap_reason is not None and (r.records or r.quarantined or r.filtered):
             raise InvalidOffsetRangeError(
                 f"group {group!r}: gap {tp} [{r.from_offset}, {r.until_offset}) ({r.gap_reason}) "
                 f"cannot hold records ({r.records} records, {r.quarantined} quarantined)"
@@ -168,6 +168,8 @@ def decide_commit(
             until_offset=r.until_offset,
             records=r.records,
             quarantined=r.quarantined,
+            filtered=r.filtered,
+            expanded=r.expanded,
             gap_reason=r.gap_reason,
             run_id=run_id,
             member_id=req.member_id,

@@ -227,6 +227,10 @@ class LedgerEntry:
     kind: str = COMMIT
     note: str | None = None
     content_hash: str | None = None
+    filtered: int = 0
+    """Valid records a user transform dropped (no row in the sink)."""
+    expanded: int = 0
+    """Rows a flattening transform wrote beyond one per record (`records` counts rows)."""
     entry_id: int | None = field(default=None, compare=False)
     """The entry's place in the store's ledger (increasing in the order entries were made); None until stored."""
 
@@ -234,6 +238,11 @@ class LedgerEntry:
     def topic_partition(self) -> TopicPartition:
         """The entry's partition."""
         return TopicPartition(self.topic, self.partition)
+
+    @property
+    def consumed(self) -> int:
+        """The records of the range that were read: written, quarantined or filtered."""
+        return self.records - self.expanded + self.quarantined + self.filtered
 
     @property
     def is_reset(self) -> bool:

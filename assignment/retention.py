@@ -122,6 +122,8 @@ def _fold(run: Sequence[LedgerEntry]) -> Fold:
         from_offset=first.from_offset,
         records=sum(e.records for e in run),
         quarantined=sum(e.quarantined for e in run),
+        filtered=sum(e.filtered for e in run),
+        expanded=sum(e.expanded for e in run),
         kind=FOLD,
         note=note,
         content_hash=combine_digests([e.content_hash for e in run]),

@@ -47,12 +47,13 @@ __all__ = [
     "trail_marks",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the tables below; stored in `cohort_schema_version` under component 'coordinator'.
 1: first version; 2: member partition lists in their own column; 3: ledger entries have a kind (commit or
 reset) and a note; 4: and the content hash of what a range wrote; 5: audit-trail marks (`cohort_trail_marks`,
 a new table `create_all` makes) and indexes that keep reading a partition's newest entries, one run's entries or
-the latest resets independent of the history's length. `_migrate` upgrades in place."""
+the latest resets independent of the history's length; 6: a range's records a transform filtered out, and the
+rows a flattening transform added. `_migrate` upgrades in place."""
 
 metadata = sa.MetaData()
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -110,6 +111,8 @@ ranges = sa.Table(
     sa.Column("kind", sa.String(16), nullable=False, server_default="commit"),
     sa.Column("note", sa.Text),
     sa.Column("content_hash", sa.String(64)),
+    sa.Column("filtered", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("expanded", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_cohort_offset_ranges_partition", "group_name", "topic", "partition", "from_offset"),
     sa.Index("ix_cohort_offset_ranges_order", "group_name", "topic", "partition", "id"),
     sa.Index("ix_cohort_offset_ranges_run", "group_name", "run_id"),
@@ -311,3 +314,9 @@ def _migrate(conn: Connection, found: int) -> None:
         # Version 5 reads a partition's entries after an id and a run's entries through their own indexes.
         for index in ranges.indexes:
             index.create(conn, checkfirst=True)
+    if found < 6:
+        # Version 6 counts what a transform filtered out and the rows a flattening one added (0 before).
+        present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
+        for column in ("filtered", "expanded"):
+            if column not in present:
+                conn.execute(sa.text(f"ALTER TABLE cohort_offset_ranges ADD COLUMN {column} BIGINT NOT NULL DEFAULT 0"))

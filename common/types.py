@@ -28,7 +28,9 @@ class TopicPartition(NamedTuple):
 class OffsetRange:
     """A consumed range [from_offset, until_offset) of one partition, as committed to the ledger.
 
-    `records` counts what reached the sink, `quarantined` what went to quarantine; a range with a
+    `records` counts the rows that reached the sink, `quarantined` what went to quarantine, `filtered` the valid
+    records a user transform dropped, `expanded` the rows a flattening transform wrote beyond one per record, so
+    the range consumed `records - expanded + quarantined + filtered` records (`consumed`). A range with a
     `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
     `content_hash` is the digest of what the range wrote (cohort.pipelines.digest), `note` a remark the
     ledger keeps with it (a replay says whether its output changed): annotations, not part of a range's identity
@@ -44,10 +46,17 @@ class OffsetRange:
     gap_reason: str | None = None
     content_hash: str | None = field(default=None, compare=False)
     note: str | None = field(default=None, compare=False)
+    filtered: int = 0
+    expanded: int = 0
 
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+    @property
+    def consumed(self) -> int:
+        """The records of the range that were read: written (one row each, or several), quarantined or filtered."""
+        return self.records - self.expanded + self.quarantined + self.filtered
 
     def __post_init__(self) -> None:
         """Refuse anything Kafka's ledger could not hold: offsets and counts must be integers (not bools,
@@ -61,11 +70,11 @@ class OffsetRange:
         values = {"partition": partition}
         for name in ("from_offset", "until_offset"):
             values[name] = as_integer(getattr(self, name), f"{name} (an offset) of {where}")
-        for name in ("records", "quarantined"):
+        for name in ("records", "quarantined", "filtered", "expanded"):
             values[name] = as_integer(getattr(self, name), f"{name} (a record count) of {where}")
         for name, value in values.items():
             object.__setattr__(self, name, value)  # plain ints (frozen dataclass)
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise ValueError(f"invalid offset range [{self.from_offset}, {self.until_offset}) for {where}")
-        if self.records < 0 or self.quarantined < 0:
+        if min(self.records, self.quarantined, self.filtered, self.expanded) < 0 or self.expanded > self.records:
             raise ValueError(f"record counts must be >= 0 for {where}")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -24,6 +26,7 @@ from cohort.pipelines.checked import RecordChecker
 from cohort.pipelines.decode import REASON_COLUMN
 from cohort.pipelines.reader import OffsetSpan
 from cohort.pipelines.sink import SinkError, SinkLayout
+from cohort.pipelines.staged_counts import OutputShape
 
 __all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
 
@@ -241,6 +244,15 @@ class ArrowFs:
         from cohort.pipelines.local_swap import write_offset_slice
 
         return write_offset_slice(a, b, from_offset, until_offset, name=name)
+
+    def offset_shape(self, uri: str) -> OutputShape:
+        """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read)."""
+        fs, path = self._resolve(uri)
+        files = [f"{path}/{n}" for n in self.list_names(uri) if n.endswith(".parquet") and n[0] not in "_."]
+        if not files:
+            return OutputShape(0, 0)
+        table = ds.dataset(files, filesystem=fs, format="parquet").to_table(columns={"o": pc.field("kafka", "offset")})
+        return OutputShape.of(table.column("o"))
 
     def parquet_record_count(self, uri: str) -> int:
         """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""

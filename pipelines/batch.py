@@ -68,6 +68,7 @@ from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionR
 from cohort.pipelines.sink import HadoopFs, SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.staged_counts import OutputShape, StagedCounts, account
 from cohort.pipelines.staging_collect import staging_roots, tidy_staging
 
 __all__ = ["connect_problem", "plan_for", "run_batch"]
@@ -158,17 +159,26 @@ def _write_staged(spark: Any, frame: Any, root: str, compression: str) -> None:
 
 
 def _verify(
-    plan: BatchPlan, stats: Stats, written: Mapping[TopicPartition, int], quarantined: Mapping[TopicPartition, int]
-) -> None:
-    """consumed == written + quarantined for every range, else CountMismatchError naming each range."""
+    plan: BatchPlan,
+    stats: Stats,
+    written: Mapping[TopicPartition, int],
+    quarantined: Mapping[TopicPartition, int],
+    shapes: Mapping[TopicPartition, OutputShape] | None = None,
+) -> dict[TopicPartition, StagedCounts]:
+    """Each range's counts (cohort.pipelines.staged_counts): consumed == written + quarantined, or with a transform
+    (`shapes`: its rows by offset) written rows for valid records of the range only; else CountMismatchError
+    naming each range."""
     problems = []
+    counts: dict[TopicPartition, StagedCounts] = {}
     for p in plan.to_read:
         consumed = stats.get(p.tp, (0, 0, 0.0))[0]
         w, q = written.get(p.tp, 0), quarantined.get(p.tp, 0)
-        if consumed != w + q:
-            problems.append(
-                f"{p.tp} [{p.from_offset}, {p.until_offset}): consumed {consumed}, written {w}, quarantined {q}"
-            )
+        shape = shapes.get(p.tp, OutputShape(0, 0)) if shapes is not None else None
+        counted = account(consumed=consumed, quarantined=q, rows=w, shape=shape, bounds=(p.from_offset, p.until_offset))
+        if isinstance(counted, str):
+            problems.append(f"{p.tp} [{p.from_offset}, {p.until_offset}): {counted}")
+        else:
+            counts[p.tp] = counted
         if consumed > p.length:
             problems.append(f"{p.tp} [{p.from_offset}, {p.until_offset}): {consumed} records for {p.length} offsets")
     unplanned = sorted(set(stats) - {p.tp for p in plan.to_read})
@@ -176,12 +186,16 @@ def _verify(
         problems.append(f"records of partitions outside the plan: {unplanned}")
     if problems:
         raise CountMismatchError("record counts do not add up, nothing was committed: " + "; ".join(problems))
+    return counts
+
+
+_NOTHING = StagedCounts(0, 0)
+"""The counts of a range nothing was read for (a gap, an empty range)."""
 
 
 def _commit_ranges(
     plan: BatchPlan,
-    written: Mapping[TopicPartition, int],
-    quarantined: Mapping[TopicPartition, int],
+    counts: Mapping[TopicPartition, StagedCounts],
     checks: Mapping[TopicPartition, OutputCheck] | None = None,
 ) -> list[OffsetRange]:
     ranges: list[OffsetRange] = []
@@ -196,8 +210,10 @@ def _commit_ranges(
                 p.tp.partition,
                 p.from_offset,
                 p.until_offset,
-                records=written.get(p.tp, 0),
-                quarantined=quarantined.get(p.tp, 0),
+                records=(counted := counts.get(p.tp, _NOTHING)).written,
+                quarantined=counted.quarantined,
+                filtered=counted.filtered,
+                expanded=counted.expanded,
                 content_hash=check.content_hash if (check := (checks or {}).get(p.tp)) else None,
                 note=check.note if check else None,
             )
@@ -289,8 +305,7 @@ def _mirror(
 def _partition_result(
     p: PartitionPlan,
     stats: Stats,
-    written: Mapping[TopicPartition, int],
-    quarantined: Mapping[TopicPartition, int],
+    counts: Mapping[TopicPartition, StagedCounts],
     warning: str | None = None,
     check: OutputCheck | None = None,
 ) -> PartitionResult:
@@ -301,8 +316,10 @@ def _partition_result(
         partition=p.tp.partition,
         from_offset=p.from_offset,
         until_offset=p.until_offset,
-        records=written.get(p.tp, 0),
-        quarantined=quarantined.get(p.tp, 0),
+        records=(counted := counts.get(p.tp, _NOTHING)).written,
+        quarantined=counted.quarantined,
+        filtered=counted.filtered,
+        expanded=counted.expanded,
         bytes=size,
         seconds=seconds,
         start=p.start,
@@ -321,12 +338,12 @@ def _stage(
     fs: SinkFs,
     attempt: str,
     stages: dict[str, float],
-) -> tuple[Stats, dict[TopicPartition, int], dict[TopicPartition, int]]:
+) -> tuple[Stats, dict[TopicPartition, StagedCounts]]:
     """Read, decode and validate the plan's spans once (persisted), write both outputs to staging, count
-    them from the staged footers, check the counts and the quarantine limit; returns (consumed stats, written,
-    quarantined)."""
+    them from the staged footers (with a transform, its rows by offset too), check the counts and the quarantine
+    limit; returns (consumed stats, each range's counts)."""
     if not plan.spans:
-        return {}, {}, {}
+        return {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     if _tasks_can_write(spec, sink, quarantine, attempt):
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
@@ -345,10 +362,15 @@ def _stage(
             p.tp: fs.parquet_record_count(quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
             for p in plan.to_read
         }
-        _verify(plan, stats, written, quarantined)
-    counts = {p.tp: (quarantined[p.tp], written[p.tp] + quarantined[p.tp]) for p in plan.to_read}
-    refuse_over_limit(spark, spec.quarantine_rule, counts, lambda tp: quarantine.staged_range_dir(attempt, *tp))
-    return stats, written, quarantined
+        shapes = None
+        if spec.transform is not None:
+            shapes = {
+                p.tp: fs.offset_shape(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition)) for p in plan.to_read
+            }
+        counts = _verify(plan, stats, written, quarantined, shapes)
+    shares = {tp: (c.quarantined, stats.get(tp, (0, 0, 0.0))[0]) for tp, c in counts.items()}
+    refuse_over_limit(spark, spec.quarantine_rule, shares, lambda tp: quarantine.staged_range_dir(attempt, *tp))
+    return stats, counts
 
 
 def _file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> SinkFs:
@@ -456,12 +478,12 @@ def run_batch(
     try:
         with _timed(stages, "publish"):
             warnings = _complete_committed(ledger, plan, sink, quarantine, fs)
-        stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
+        stats, counts = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
         with _timed(stages, "verify"):
             checks = check_outputs(fs, sink, quarantine, attempt, plan)
         if spec.strict_replay:
             refuse_changed(checks)
-        ranges = _commit_ranges(plan, written, quarantined, checks)
+        ranges = _commit_ranges(plan, counts, checks)
         to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
         if ranges:
             with _timed(stages, "commit"):
@@ -491,8 +513,7 @@ def run_batch(
     return BatchResult(
         run_id=run_id,
         partitions=tuple(
-            _partition_result(p, stats, written, quarantined, warnings.get(p.tp), checks.get(p.tp))
-            for p in plan.partitions
+            _partition_result(p, stats, counts, warnings.get(p.tp), checks.get(p.tp)) for p in plan.partitions
         ),
         committed=tuple(ranges),
         sink_dirs=sink_dirs,

@@ -30,6 +30,8 @@ class ConsumedRange:
     could; `gap` describes offsets skipped before the range (deleted by retention); `replay` says the range
     re-reads its partition from a replay's start (`earliest`, `offset N`, `datetime ...`), and
     `replay_changed` whether its output for offsets the sink held differs; `content_hash` digests the output.
+    `filtered` (valid records the user transform dropped) and `expanded` (rows a flattening transform added
+    beyond one per record) are set when not 0: the range consumed records - expanded + quarantined + filtered.
     """
 
     topic: str
@@ -52,6 +54,8 @@ class ConsumedRange:
     replay: str | None = None
     replay_changed: bool | None = None
     content_hash: str | None = None
+    filtered: int | None = None
+    expanded: int | None = None
 
     def items(self) -> Iterator[tuple[str, Any]]:
         """(field name, value) of every field that is set, in declaration order."""
@@ -104,6 +108,8 @@ def consumed_ranges(
                 replay=replay if tp in replayed else None,
                 replay_changed=part.replay_changed,
                 content_hash=part.content_hash,
+                filtered=part.filtered or None,
+                expanded=part.expanded or None,
                 gap=None
                 if part.gap is None
                 else f"[{part.gap.from_offset}, {part.gap.until_offset}) {part.gap.gap_reason}",
@@ -131,6 +137,8 @@ def reported_range(
         until_offset=entry.until_offset,
         records=entry.records,
         quarantined=entry.quarantined,
+        filtered=entry.filtered or None,
+        expanded=entry.expanded or None,
         group=group,
         generation=generation,
         member=member,

@@ -21,8 +21,9 @@ class CountMismatchError(RuntimeError):
 class PartitionResult:
     """One partition's range in a batch.
 
-    `records` reached the sink, `quarantined` went to quarantine, `bytes` is the consumed key + value
-    size, `seconds` the Spark tasks' reading time. `start` says where `from_offset` came from
+    `records` rows reached the sink, `quarantined` records went to quarantine, `filtered` valid records the
+    user transform dropped, `expanded` rows a flattening transform wrote beyond one per record; `bytes` is the
+    consumed key + value size, `seconds` the Spark tasks' reading time. `start` says where `from_offset` came from
     ('committed', 'earliest', 'latest', 'timestamp', 'new-partition'); `gap` is the ledger gap recorded
     before the range, if records were lost to retention; `warning` explains anything unusual;
     `content_hash` digests what the range wrote; `replay_changed` says, for a range that re-read offsets
@@ -42,6 +43,8 @@ class PartitionResult:
     warning: str | None = None
     content_hash: str | None = None
     replay_changed: bool | None = None
+    filtered: int = 0
+    expanded: int = 0
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -49,7 +52,8 @@ class PartitionResult:
 
     @property
     def consumed(self) -> int:
-        return self.records + self.quarantined
+        """The records read: written (one row each, or several), quarantined or filtered."""
+        return self.records - self.expanded + self.quarantined + self.filtered
 
 
 @dataclass(frozen=True)

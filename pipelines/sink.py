@@ -31,11 +31,14 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
 from cohort.pipelines.reader import validate_partition
+
+if TYPE_CHECKING:
+    from cohort.pipelines.staged_counts import OutputShape
 
 __all__ = [
     "HadoopFs",
@@ -122,6 +125,7 @@ class SinkFs(Protocol):
     def touch(self, uri: str) -> None: ...
     def rename(self, source: str, target: str) -> None: ...
     def parquet_record_count(self, uri: str) -> int: ...
+    def offset_shape(self, uri: str) -> OutputShape: ...
     def make_dirs(self, uri: str) -> None: ...
     def can_swap(self, uri: str) -> bool: ...
     def swap(self, first: str, second: str) -> None: ...
@@ -143,6 +147,7 @@ class HadoopFs:
         if jvm is None:
             raise SinkError("the Parquet sink needs a classic SparkSession (not Spark Connect) to move files")
         self._jvm = jvm
+        self._spark = spark
         self._conf = spark._jsc.hadoopConfiguration()
 
     def path(self, uri: str) -> Any:
@@ -218,6 +223,22 @@ class HadoopFs:
 
     def write_offset_slice(self, source: str, target: str, from_offset: int, until_offset: int, *, name: str) -> int:
         raise SinkError(f"cannot rewrite {source} through Hadoop's FileSystem")
+
+    def offset_shape(self, uri: str) -> OutputShape:
+        """The rows of the Parquet files under `uri` by their `kafka.offset` (one aggregation job on Spark)."""
+        from pyspark.sql import functions as F
+
+        from cohort.pipelines.staged_counts import OutputShape
+
+        if not self.exists(uri) or not any(n.endswith(".parquet") for n in self.list_names(uri)):
+            return OutputShape(0, 0)
+        offset = F.col("kafka.offset")
+        row = (
+            self._spark.read.parquet(uri)
+            .agg(F.count(F.lit(1)), F.count_distinct(offset), F.min(offset), F.max(offset))
+            .first()
+        )
+        return OutputShape(int(row[0]), int(row[1]), row[2], row[3])
 
     def parquet_record_count(self, uri: str) -> int:
         """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""

@@ -105,8 +105,9 @@ class PipelineSpec:
             `kafka.key`); a decoded key is a `key` column (a struct for record schemas).
         registry: the Schema Registry the registry formats read writer schemas from.
         model: a pandera.pyspark DataFrameModel over the decoded value columns, checked row by row.
-        transform: DataFrame -> DataFrame applied to valid records before the sink. It must keep the
-            `kafka` column and one output row per input row (the batch checks the counts).
+        transform: DataFrame -> DataFrame applied to valid records before the sink. Every row it returns
+            keeps its record's `kafka` column; it may drop records (counted as `filtered`) and return several
+            rows per record (the extra rows counted as `expanded`).
         reset: where partitions without a committed offset start: 'earliest', 'latest', a
             timezone-aware datetime, or a ResetPolicy.
         fail_on_data_loss: fail when committed offsets are gone from Kafka; when False, record a gap.

@@ -469,14 +469,16 @@ def run_table_batch(
     directories: dict[str, list[str]] = {}
     pending: dict[str, TableCommit] = {}
     try:
-        stats, written, quarantined = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
+        stats, counts = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
+        written = {tp: c.written for tp, c in counts.items()}
+        quarantined = {tp: c.quarantined for tp, c in counts.items()}
         with _timed(stages, "verify"):
             pairs = ((tables.quarantine, quarantine), (tables.sink, sink))
             held = {t.root: _Held.read(t, layout, owner, plan) for t, layout in pairs}
             checks = check_outputs(fs, held[tables.sink.root], held[tables.quarantine.root], attempt, plan)
         if spec.strict_replay:
             refuse_changed(checks)
-        ranges = _commit_ranges(plan, written, quarantined, checks)
+        ranges = _commit_ranges(plan, counts, checks)
         if ranges:
             with _timed(stages, "commit"):
                 _confirm_ownership(ledger, plan)
@@ -511,9 +513,7 @@ def run_table_batch(
             mirror_error = _mirror(plan, ranges, ledger, mirror, group, run_id)
     return BatchResult(
         run_id=run_id,
-        partitions=tuple(
-            _partition_result(p, stats, written, quarantined, None, checks.get(p.tp)) for p in plan.partitions
-        ),
+        partitions=tuple(_partition_result(p, stats, counts, None, checks.get(p.tp)) for p in plan.partitions),
         committed=tuple(ranges),
         sink_dirs=tuple(directories.get(tables.sink.root, ())),
         quarantine_dirs=tuple(directories.get(tables.quarantine.root, ())),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -161,10 +161,29 @@ class NewFile:
     schema: pa.Schema = field(compare=False)
 
 
+def _range(item: Any) -> OffsetRange:
+    """One range of a `BatchRecord`'s JSON (see there)."""
+    t, p, a, b, n, q, g, *more = item
+    f, e = more if more else (0, 0)
+    return OffsetRange(
+        str(t),
+        int(p),
+        int(a),
+        int(b),
+        records=int(n),
+        quarantined=int(q),
+        gap_reason=g if g is None else str(g),
+        filtered=int(f),
+        expanded=int(e),
+    )
+
+
 @dataclass(frozen=True)
 class BatchRecord:
     """What a table commit records about the batch (commit metadata): its run and the ledger ranges it lands,
-    gaps included, so a commit the ledger never saw can be adopted range for range."""
+    gaps included, so a commit the ledger never saw can be adopted range for range. A range is a list (topic,
+    partition, from, until, records, quarantined, gap reason), then its filtered and expanded counts when either
+    is not 0 (a record written before they existed has seven items)."""
 
     run_id: str
     ranges: tuple[OffsetRange, ...]
@@ -174,6 +193,7 @@ class BatchRecord:
             "run_id": self.run_id,
             "ranges": [
                 [r.topic, r.partition, r.from_offset, r.until_offset, r.records, r.quarantined, r.gap_reason]
+                + ([r.filtered, r.expanded] if r.filtered or r.expanded else [])
                 for r in self.ranges
             ],
         }
@@ -183,10 +203,7 @@ class BatchRecord:
         """The record from commit metadata; None if it is not one (a foreign commit, a damaged value)."""
         try:
             assert isinstance(data, dict)
-            ranges = tuple(
-                OffsetRange(t, int(p), int(a), int(b), records=int(n), quarantined=int(q), gap_reason=g)
-                for t, p, a, b, n, q, g in data["ranges"]
-            )
+            ranges = tuple(_range(item) for item in data["ranges"])
             return cls(str(data["run_id"]), ranges)
         except (AssertionError, KeyError, TypeError, ValueError):
             return None

@@ -228,18 +228,21 @@ def test_racing_creations_of_one_group_all_succeed(url: str, clock: ManualClock)
         store.close()
 
 
-@pytest.mark.parametrize("version", [2, 3, 4])
+@pytest.mark.parametrize("version", [2, 3, 4, 5])
 def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commits(url: str, version: int) -> None:
     """Version 2 had no entry kind or note, version 3 no content hash, version 4 no trail marks nor the ledger's
-    order and run indexes: opening upgrades the tables in place and existing ranges read as commits."""
+    order and run indexes, version 5 no filtered and expanded counts: opening upgrades the tables in place and
+    existing ranges read as commits that filtered nothing."""
     engine = create_store_engine(url)
     SqlGroupStore(engine)  # today's schema, then taken back to the older one
-    dropped = {2: ["kind", "note", "content_hash"], 3: ["content_hash"], 4: []}[version]
+    dropped = {2: ["kind", "note", "content_hash"], 3: ["content_hash"], 4: [], 5: []}[version]
+    dropped += ["filtered", "expanded"]
     with engine.begin() as conn:
-        conn.execute(sa.text("DROP TABLE cohort_trail_marks"))
-        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_order"))
-        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_run"))
-        conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_kind"))
+        if version < 5:
+            conn.execute(sa.text("DROP TABLE cohort_trail_marks"))
+            conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_order"))
+            conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_run"))
+            conn.execute(sa.text("DROP INDEX ix_cohort_offset_ranges_kind"))
         for column in dropped:
             conn.execute(sa.text(f"ALTER TABLE cohort_offset_ranges DROP COLUMN {column}"))
         conn.execute(sa.text("UPDATE cohort_schema_version SET version = :v"), {"v": version})
@@ -253,8 +256,9 @@ def test_an_older_ledger_table_is_migrated_in_place_and_its_ranges_read_as_commi
     store = SqlGroupStore.from_url(url)
     [entry] = store.history("g", "t", 0)
     assert (entry.kind, entry.note, entry.content_hash, entry.until_offset) == ("commit", None, None, 10)
+    assert (entry.filtered, entry.expanded, entry.consumed) == (0, 0, 10)
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 5
+        assert conn.execute(sa.text("SELECT version FROM cohort_schema_version")).scalar() == SCHEMA_VERSION == 6
     indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes("cohort_offset_ranges")}
     assert {"ix_cohort_offset_ranges_order", "ix_cohort_offset_ranges_run", "ix_cohort_offset_ranges_kind"} <= indexes
     assert store.trail_marks("g", "dagster", [tp("t", 0)])[tp("t", 0)].ledger_id == 0
