@@ -14,19 +14,19 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cohort.pipelines.checked import RecordChecker
-from cohort.pipelines.decode import REASON_COLUMN
+from cohort.pipelines.decode import RAW_VALUE_COLUMN, REASON_COLUMN
 from cohort.pipelines.reader import OffsetSpan
 from cohort.pipelines.sink import SinkError, SinkLayout
-from cohort.pipelines.staged_counts import OutputShape
+
+if TYPE_CHECKING:
+    from cohort.pipelines.staged_counts import OutputShape
 
 __all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
 
@@ -88,6 +88,27 @@ class ArrowStagedWriter:
             quarantine.commit()
         finally:
             sink.abandon()
+            quarantine.abandon()
+
+    def pass_valid(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Write `span`'s failed rows to the quarantine staging and yield its valid rows (checked batches without
+        their raw values) for Spark to transform and write: the quarantine never enters the JVM."""
+        quarantine = _SpanFile(
+            self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition),
+            span,
+            arrow_compression(self.compression),
+        )
+        try:
+            for batch in checked:
+                valid = batch.column(REASON_COLUMN).is_null()
+                if batch.column(REASON_COLUMN).null_count < batch.num_rows:
+                    quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
+                    batch = batch.filter(valid)
+                if batch.num_rows:
+                    raw = batch.schema.get_field_index(RAW_VALUE_COLUMN)
+                    yield batch.set_column(raw, RAW_VALUE_COLUMN, pa.nulls(batch.num_rows, pa.binary()))
+            quarantine.commit()
+        finally:
             quarantine.abandon()
 
 
@@ -246,7 +267,13 @@ class ArrowFs:
         return write_offset_slice(a, b, from_offset, until_offset, name=name)
 
     def offset_shape(self, uri: str) -> OutputShape:
-        """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read)."""
+        """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read).
+        Driver side: its imports (pyarrow.dataset loads pandas) stay out of the reading tasks."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from cohort.pipelines.staged_counts import OutputShape
+
         fs, path = self._resolve(uri)
         files = [f"{path}/{n}" for n in self.list_names(uri) if n.endswith(".parquet") and n[0] not in "_."]
         if not files:

@@ -10,10 +10,13 @@ Guarantees (docs/guarantees.md):
   (cohort.pipelines.checked, Arrow); the readers count what they consumed (records and bytes per partition) and
   hand the figures to Spark as rows of their frame (cohort.pipelines.reader.stats_row), which the batch collects;
 - with no transform, and a sink pyarrow can write, the tasks write the sink and quarantine rows
-  themselves (cohort.pipelines.arrow_sink): one Spark job, no record crosses into the JVM. Otherwise the checked
-  rows are persisted and Spark writes the sink (through the transform) and the quarantine from them;
+  themselves (cohort.pipelines.arrow_sink): one Spark job, no record crosses into the JVM. With a transform they
+  write the quarantine themselves and hand the valid rows to the JVM as Arrow batches, and Spark applies the
+  transform and writes the sink in the same job (nothing cached, read or decoded twice). With a codec or a root
+  only Spark writes, the checked rows are persisted and Spark writes both outputs from them;
 - outputs are written to staging, counted from the staged Parquet footers, and checked per range:
-  consumed == written + quarantined, else CountMismatchError and nothing is published or committed; a batch
+  consumed == written + quarantined (with a transform: its rows by offset, cohort.pipelines.staged_counts),
+  else CountMismatchError and nothing is published or committed; a batch
   past the spec's quarantine limit fails there too (QuarantineLimitError, cohort.pipelines.quarantine_limit);
 - the ranges are committed to the ledger in one call before anything is published: a member expired,
   fenced or left behind by a rebalance while its batch ran (a zombie) is refused there, its staged output
@@ -57,7 +60,14 @@ from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.arrow_sink import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
 from cohort.pipelines.executor_errors import executor_errors_named
-from cohort.pipelines.frames import checked_frame, materialize, quarantine_frame, sink_frame
+from cohort.pipelines.frames import (
+    checked_frame,
+    materialize,
+    observe_reads,
+    quarantine_frame,
+    reads_observed,
+    sink_frame,
+)
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
 from cohort.pipelines.quarantine_limit import refuse_over_limit
@@ -144,17 +154,24 @@ def _stats(read: ReadStats) -> Stats:
     return {TopicPartition(topic, partition): figures for (topic, partition), figures in read.items()}
 
 
-_UNSORTED_WRITES = {
-    "spark.sql.maxConcurrentOutputFileWriters": "4",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-}
-"""Each write task holds one or two (topic, partition) directories: with a few concurrent writers per task
-Spark writes them as rows come instead of sorting every row by directory first. Timestamps as INT64
-microseconds, the type the tasks' own writer and the table formats use (not Spark's legacy INT96)."""
+def _unsorted_writes(writers: int) -> dict[str, str]:
+    """Settings of a staged write whose tasks hold at most `writers` (topic, partition) directories each: with
+    that many concurrent writers per task Spark writes them as rows come instead of sorting every row by
+    directory first. Timestamps as INT64 microseconds, the type the tasks' own writer and the table formats use
+    (not Spark's legacy INT96)."""
+    return {
+        "spark.sql.maxConcurrentOutputFileWriters": str(writers),
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
 
 
-def _write_staged(spark: Any, frame: Any, root: str, compression: str) -> None:
-    with _session_conf(spark, _UNSORTED_WRITES):
+_MAX_WRITERS = 64
+"""At most this many open Parquet writers per write task (each buffers a row group); past it Spark sorts."""
+
+
+def _write_staged(spark: Any, frame: Any, root: str, compression: str, *, writers: int = 4) -> None:
+    """Write `frame` under `root`, partitioned by topic and partition."""
+    with _session_conf(spark, _unsorted_writes(writers)):
         frame.write.partitionBy("topic", "partition").option("compression", compression).parquet(root)
 
 
@@ -345,7 +362,12 @@ def _stage(
     if not plan.spans:
         return {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    if _tasks_can_write(spec, sink, quarantine, attempt):
+    if spec.transform is not None and _tasks_can_write(spec, sink, quarantine, attempt):
+        writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
+        # one job: the tasks write the quarantine and hand the JVM the valid rows, as Arrow, to transform
+        with _timed(stages, "read_and_write"), executor_errors_named(spark):
+            stats = _stream_transform(spark, spec, kafka_config, plan, writer, sink.staging_root(attempt))
+    elif _tasks_can_write(spec, sink, quarantine, attempt):
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job, no record crosses into the JVM: only each span's stats
         with _timed(stages, "read_and_write"), executor_errors_named(spark):
@@ -382,13 +404,29 @@ def _file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> SinkFs
 
 
 def _tasks_can_write(spec: PipelineSpec, sink: SinkLayout, quarantine: SinkLayout, attempt: str) -> bool:
-    """Whether the reading tasks write the outputs themselves: no transform (it needs a Spark DataFrame),
-    and pyarrow can write the codec and both staging roots."""
-    return (
-        spec.transform is None
-        and arrow_compression(spec.compression) is not None
-        and all(arrow_filesystem(layout.staging_root(attempt)) is not None for layout in (sink, quarantine))
+    """Whether the reading tasks write the outputs themselves (with a transform, the quarantine only): pyarrow
+    can write the codec and both staging roots."""
+    return arrow_compression(spec.compression) is not None and all(
+        arrow_filesystem(layout.staging_root(attempt)) is not None for layout in (sink, quarantine)
     )
+
+
+def _stream_transform(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    plan: BatchPlan,
+    writer: ArrowStagedWriter,
+    root: str,
+) -> Stats:
+    """The transform path, one Spark job: the reading tasks decode, check and write the quarantine, and hand the
+    valid rows to the JVM as Arrow batches; Spark applies the transform and writes the sink's staging under
+    `root`. Nothing is cached, read twice or decoded twice, and the stats come back with the job (observed)."""
+    checked = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer, valid_only=True)
+    observed, observation = observe_reads(checked)
+    writers = min(max(4, len(plan.to_read)), _MAX_WRITERS)  # a task may hold rows of several partitions
+    _write_staged(spark, sink_frame(observed, spec), root, spec.compression, writers=writers)
+    return _stats(reads_observed(observation)[1])
 
 
 def _read_then_write(

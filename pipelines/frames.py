@@ -62,6 +62,7 @@ def checked_frame(
     read_stats: Any = None,
     *,
     writer: ArrowStagedWriter | None = None,
+    valid_only: bool = False,
 ) -> DataFrame:
     """Read `spans`, decode and validate in the reading tasks: one row per consumed record, and after each span's
     records its stats row (`materialize` gathers them; `sink_frame` and `quarantine_frame` leave them out).
@@ -71,6 +72,9 @@ def checked_frame(
     `gather_read_stats` of what `collect()` returns), and computing it is the whole batch's reading and writing.
     A span that held no record (only holes) has no stats row: there is nothing to count. `read_stats`, an
     accumulator of `read_stats_accumulator` (classic sessions only), is added to as well.
+
+    With a `writer` and `valid_only`, the tasks write only the quarantine themselves and hand Spark the valid
+    checked rows (without their raw values) and the stats rows, for a transform (`stream_transform`).
     """
     checker = spec.checker
 
@@ -81,7 +85,14 @@ def checked_frame(
     process: SpanProcessor = check
     schema: StructType | str = StructType([*checker.spark_schema.fields, _READ_STATS_FIELD])
     stats = StatsRows.after(checker.arrow_schema, kafka_column("topic"), kafka_column("partition"))
-    if writer is not None:
+    if writer is not None and valid_only:
+        passing = writer
+
+        def pass_valid(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return passing.pass_valid(span, map(checker.check, batches))
+
+        process = pass_valid
+    elif writer is not None:
         staged = writer
 
         def write(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -120,13 +131,25 @@ def materialize(checked: DataFrame) -> tuple[int, ReadStats]:
     A no-op write of the observed frame: one job with no shuffle, and the failure count and the stats rows come
     back with it (Spark's Observation, counted once per successful task like an accumulator).
     """
+    observed, observation = observe_reads(checked)
+    observed.write.format("noop").mode("overwrite").save()
+    return reads_observed(observation)
+
+
+def observe_reads(checked: DataFrame) -> tuple[DataFrame, Observation]:
+    """`checked` observed: once an action computed it, the observation holds how many rows failed and the stats
+    rows (`reads_observed`), whatever the action keeps of the rows after the observation."""
     stats = F.when(
         F.col(READ_STATS_COLUMN).isNotNull(),
         F.struct(F.col(kafka_column("topic")), F.col(kafka_column("partition")), F.col(READ_STATS_COLUMN)),
     )
     observation = Observation("cohort-checked")
     observed = checked.observe(observation, F.count(REASON_COLUMN).alias("failed"), F.collect_list(stats).alias("read"))
-    observed.write.format("noop").mode("overwrite").save()
+    return observed, observation
+
+
+def reads_observed(observation: Observation) -> tuple[int, ReadStats]:
+    """How many rows failed and what the reading tasks read, from an `observe_reads` observation (after its action)."""
     metrics = observation.get
     return int(metrics["failed"]), gather_read_stats(metrics["read"])
 
