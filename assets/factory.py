@@ -3,7 +3,8 @@
 `cohort_assets(config)` wires one group's objects (the work lives in `group_batch`, `worker`, `checks` and
 `sensors`); `build_cohort_definitions(configs, kafka=..., spark=...)` assembles a whole `Definitions` with
 the shared Kafka and Spark resources, each group's resource, and one membership and one topic sensor over
-all groups. The worker job is the asset job of the group's assets: the schedule and the sensors launch it,
+all groups (or a pair per group, `sensors_per_group`); `build_group_definitions` the same without the shared
+resources. The worker job is the asset job of the group's assets: the schedule and the sensors launch it,
 and the asset pages list them as the assets' automations. Materialize runs the same op through Dagster's
 implicit asset job.
 
@@ -46,6 +47,7 @@ __all__ = [
     "CohortDefinitions",
     "build_audit_schedule",
     "build_cohort_definitions",
+    "build_group_definitions",
     "build_worker_schedule",
     "cohort_assets",
 ]
@@ -197,56 +199,113 @@ def build_cohort_definitions(
     schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
     membership_interval_s: int = 15,
     topic_interval_s: int = 30,
+    sensors_per_group: bool = False,
 ) -> dg.Definitions:
     """Definitions for several groups sharing one Kafka and one Spark resource (and the Schema Registry of
     the groups reading Avro, Protobuf or JSON Schema): the sensors start running (`sensor_status`), the
     schedules stopped (`schedule_status`) unless told otherwise. The membership sensor looks for lost members
     every `membership_interval_s` (at most: the daemon's tick), the topic sensor for grown topics every
-    `topic_interval_s`."""
-    translator = translator or DagsterCohortTranslator()
-    names = [c.group for c in configs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"each group may appear once, got {names}")
+    `topic_interval_s`. With `sensors_per_group`, each group gets its own pair of sensors, named after it."""
     registry_groups = [c.group for c in configs if needs_registry_resource(c)]
     if registry_groups and schema_registry is None:
         raise ValueError(
             f"group(s) {registry_groups} read a Schema Registry format: give "
             "build_cohort_definitions(..., schema_registry=SchemaRegistryResource(url=...))"
         )
+    resources: dict[str, Any] = {"kafka": kafka, "spark": spark or SparkResource()}
+    if schema_registry is not None:
+        resources[REGISTRY_RESOURCE_KEY] = schema_registry
+    groups = build_group_definitions(
+        configs,
+        translator=translator,
+        clock=clock,
+        runner=runner,
+        sensor_status=sensor_status,
+        schedule_status=schedule_status,
+        membership_interval_s=membership_interval_s,
+        topic_interval_s=topic_interval_s,
+        sensors_per_group=sensors_per_group,
+    )
+    return groups.with_resources(resources)
+
+
+def build_group_definitions(
+    configs: Sequence[CohortConfig],
+    *,
+    translator: DagsterCohortTranslator | None = None,
+    clock: Clock | None = None,
+    runner: BatchRunner | None = None,
+    sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    membership_interval_s: int = 15,
+    topic_interval_s: int = 30,
+    sensors_per_group: bool = False,
+) -> dg.Definitions:
+    """`build_cohort_definitions` without the shared resources (`kafka`, `spark`, `schema_registry`): the
+    groups' objects and their own resources, for Definitions merged with others that carry those (a dg
+    component's, a project's resources file)."""
+    translator = translator or DagsterCohortTranslator()
+    names = [c.group for c in configs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"each group may appear once, got {names}")
     parts = [
         cohort_assets(c, translator=translator, runner=runner, clock=clock, schedule_status=schedule_status)
         for c in configs
     ]
-    jobs = [p.worker_job for p in parts]
-    resources: dict[str, Any] = {"kafka": kafka, "spark": spark or SparkResource()}
-    if schema_registry is not None:
-        resources[REGISTRY_RESOURCE_KEY] = schema_registry
+    resources: dict[str, Any] = {}
     for part in parts:
         resources.update(part.resources)
-    sensors = []
-    if configs:
-        sensors = [
-            build_membership_sensor(
-                configs,
-                jobs,
-                translator=translator,
-                clock=clock,
-                default_status=sensor_status,
-                minimum_interval_seconds=membership_interval_s,
-            ),
-            build_topic_sensor(
-                configs,
-                jobs,
-                translator=translator,
-                clock=clock,
-                default_status=sensor_status,
-                minimum_interval_seconds=topic_interval_s,
-            ),
-        ]
+    sensor_sets = [[p] for p in parts] if sensors_per_group else [parts] if parts else []
+    sensors = [
+        sensor
+        for members in sensor_sets
+        for sensor in _sensors(
+            members,
+            translator,
+            clock=clock,
+            status=sensor_status,
+            intervals=(membership_interval_s, topic_interval_s),
+            suffix=f"__{safe_name(members[0].config.group)}" if sensors_per_group else "",
+        )
+    ]
     return dg.Definitions(
         assets=[p.assets for p in parts],
-        jobs=[*jobs, *(p.checks_job for p in parts)],
+        jobs=[*(p.worker_job for p in parts), *(p.checks_job for p in parts)],
         schedules=[s for p in parts for s in (p.schedule, p.audit_schedule) if s is not None],
         sensors=sensors,
         resources=resources,
     )
+
+
+def _sensors(
+    parts: Sequence[CohortDefinitions],
+    translator: DagsterCohortTranslator,
+    *,
+    clock: Clock | None,
+    status: dg.DefaultSensorStatus,
+    intervals: tuple[int, int],
+    suffix: str,
+) -> list[dg.SensorDefinition]:
+    """The membership and the topic sensor over `parts`' groups, their names ending in `suffix`."""
+    configs = [p.config for p in parts]
+    jobs = [p.worker_job for p in parts]
+    return [
+        build_membership_sensor(
+            configs,
+            jobs,
+            translator=translator,
+            clock=clock,
+            name=f"cohort_membership_sensor{suffix}",
+            default_status=status,
+            minimum_interval_seconds=intervals[0],
+        ),
+        build_topic_sensor(
+            configs,
+            jobs,
+            translator=translator,
+            clock=clock,
+            name=f"cohort_topic_sensor{suffix}",
+            default_status=status,
+            minimum_interval_seconds=intervals[1],
+        ),
+    ]
