@@ -164,6 +164,7 @@ def executor_python_without(tmp_path: Path, module: str, python: str) -> str:
     return str(wrapper)
 
 
+@pytest.mark.slow
 def test_missing_executor_dependency_fails_the_batch_naming_it(
     spark_cluster: SparkStandaloneCluster, kafka_config, topic_factory, produce_records, sqlite_url, tmp_path
 ):
