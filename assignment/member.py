@@ -13,7 +13,9 @@ Protocols, as in Kafka's consumer:
   `on_partitions_revoked(moved away)` then `on_partitions_assigned(newly added)`. If it had to revoke
   anything it rejoins at once, releasing those partitions, so their new owner gets them in the follow-up
   round. With `background_rejoin` (default) the heartbeat thread performs cooperative rebalances itself,
-  so a run whose partitions do not move is never interrupted; hooks then run on that thread.
+  so a run whose partitions do not move is never interrupted; hooks then run on that thread. A partition
+  moved away while a batch reads it (`processing`) is released only once that batch ends, as a Kafka
+  consumer revokes only between polls: its new owner gets it after the batch's commit, never during it.
 * **lost**: if the membership is gone (session expired, evicted), `on_partitions_lost(owned)` is called
   before rejoining: the partitions may already belong to someone else, so nothing may be committed.
 
@@ -35,7 +37,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 
 from cohort.assignment.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
@@ -163,6 +165,8 @@ class GroupMember:
         self._background_error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._in_flight: frozenset[TopicPartition] = frozenset()
+        self._held_back: tuple[TopicPartition, ...] = ()  # moved away mid-batch: released when it ends
 
     # ------------------------------------------------------------------------------------- properties
 
@@ -334,6 +338,34 @@ class GroupMember:
         if lost and owned:
             self.listener.on_partitions_lost(owned)
 
+    @contextlib.contextmanager
+    def processing(self, partitions: Sequence[TopicPartition]) -> Iterator[None]:
+        """Mark `partitions` as read by a batch until the block ends. A cooperative rebalance meanwhile that moves
+        any of them away keeps them owned (their new owner waits; this member's commit of them is accepted) and
+        releases them, by rejoining, when the block ends without an error (with one, the caller closes)."""
+        with self._state:
+            self._in_flight = frozenset(partitions)
+        try:
+            yield
+        except BaseException:
+            with self._state:
+                self._in_flight = frozenset()
+            raise
+        with self._state:
+            self._in_flight = frozenset()
+            held = bool(self._held_back)
+        if held and not self._stop.is_set():
+            self._rebalance()
+
+    def _release_held_back(self) -> None:
+        """Let go of the partitions a batch kept through a cooperative rebalance: revoked now, released by the
+        rejoin that follows."""
+        with self._state:
+            held, self._held_back = self._held_back, ()
+            self._owned = tuple(tp for tp in self._owned if tp not in held)
+        if held:
+            self.listener.on_partitions_revoked(held)
+
     def _rebalance(self) -> None:
         with self._rebalance_lock:
             self._rebalancing = True
@@ -348,6 +380,7 @@ class GroupMember:
             raise lost
         if lost is not None:
             self._reset(lost=True)
+        self._release_held_back()
         if self._protocol != COOPERATIVE and self._owned:
             self.listener.on_partitions_revoked(self._owned)
             with self._state:
@@ -368,6 +401,13 @@ class GroupMember:
                 self._leader_id = joined.leader_id
                 self._protocol = synced.rebalance_protocol
                 self._epoch += 1
+                busy = self._protocol == COOPERATIVE and any(tp in self._in_flight for tp in revoked)
+            if busy:  # a batch reads them: keep them owned until it ends (`processing` releases them then)
+                with self._state:
+                    self._held_back = tuple(revoked)
+                    self._owned = tuple(sorted(new | set(revoked)))
+                self.listener.on_partitions_assigned(added)
+                return
             if revoked:
                 self.listener.on_partitions_revoked(revoked)
             with self._state:

@@ -230,7 +230,8 @@ def run_slot_batch(
             try:
                 if before_batch is not None:
                     replayed |= set(before_batch(member, assignment))
-                with progress_reporter(member, session, member.heartbeat_interval):
+                # a cooperative rebalance meanwhile keeps the partitions it moves away until the batch ends
+                with member.processing(assignment), progress_reporter(member, session, member.heartbeat_interval):
                     result = batch(
                         session,
                         pipeline,

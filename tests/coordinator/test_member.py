@@ -291,3 +291,55 @@ def test_commit_waits_for_a_background_cooperative_rebalance(make: Callable[...,
     [entry] = coordinator.ledger_history("g", "t", kept.partition)
     assert entry.member_id == member.member_id and entry.generation == coordinator.describe_group("g").generation
     member.close(leave=False)
+
+
+def test_a_partition_moved_away_mid_batch_is_released_only_after_the_batch(
+    make: Callable[..., Coordinator],
+) -> None:
+    """A joiner arrives while the first member's batch reads every partition: the first keeps the two that move
+    (its commit of them is accepted) and the joiner gets them only after the batch ended, so no partition is
+    read by two members at once."""
+    coordinator = make()
+    coordinator.report_topic_metadata("g", {"t": 4})
+    hooks = Recorder()
+    first = _member(coordinator, "first", hooks, assignors=["cooperative-sticky"])
+    everything = first.join()
+    assert len(everything) == 4
+    second = _member(coordinator, "second", assignors=["cooperative-sticky"])
+    with first.processing(everything):
+        second.join()  # completes once first's heartbeat thread rejoined; first keeps what it reads
+        _wait(lambda: first.generation == second.generation)
+        assert second.assignment == () and first.assignment == everything
+        assert not any(kind == "revoked" for kind, _ in hooks.calls)
+        first.commit([OffsetRange("t", p, 0, 5, records=5) for p in range(4)])  # the batch's commit: accepted
+        moved_generation = first.generation
+    _wait(lambda: len(second.assignment) == 2)  # released when the batch ended: the follow-up round
+    assert first.generation > moved_generation and set(first.assignment).isdisjoint(second.assignment)
+    assert ("revoked", tuple(sorted(set(everything) - set(first.assignment)))) in hooks.calls
+    assert coordinator.fetch_offsets("g", list(everything)) == dict.fromkeys(everything, 5)
+    second.close()
+    first.close()
+
+
+def test_an_eager_joiner_waits_in_the_join_phase_while_a_batch_finishes_and_commits(
+    make: Callable[..., Coordinator],
+) -> None:
+    """Eager: a joiner's join phase waits for the busy member to rejoin (within the rebalance timeout); the busy
+    member's batch commits meanwhile (accepted) and only its rejoin hands partitions over."""
+    coordinator = make()
+    coordinator.report_topic_metadata("g", {"t": 4})
+    busy = _member(coordinator, "busy", assignors=["range"])
+    everything = busy.join()
+    joiner = _member(coordinator, "joiner", assignors=["range"])
+    joining = threading.Thread(target=joiner.join)
+    joining.start()
+    _wait(lambda: busy.rebalance_needed)  # its heartbeat saw the join phase; its batch goes on
+    assert coordinator.describe_group("g").state is GroupState.PREPARING_REBALANCE
+    assert joiner.assignment == () and busy.assignment == everything
+    busy.commit([OffsetRange("t", p, 0, 5, records=5) for p in range(4)])  # the batch ends: its commit accepted
+    busy.ensure_active()  # the next poll rejoins: the partitions move now
+    joining.join(10)
+    assert len(joiner.assignment) == 2 and set(joiner.assignment).isdisjoint(busy.assignment)
+    assert coordinator.fetch_offsets("g", list(everything)) == dict.fromkeys(everything, 5)
+    joiner.close()
+    busy.close()
