@@ -84,7 +84,6 @@ def _served(url: str) -> dict[str, Any] | None:
     return nodes[0] if nodes and nodes[0]["assetNodes"] else None
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_the_dg_walkthrough_lands_its_topic(broker: Any, tmp_path: Path) -> None:
     blocks = titled_blocks("user-guide.md")
