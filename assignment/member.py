@@ -20,8 +20,7 @@ Protocols, as in Kafka's consumer:
   before rejoining: the partitions may already belong to someone else, so nothing may be committed.
 
 Example:
-    >>> from cohort.assignment.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
-from cohort.assignment.coordinator import Coordinator
+    >>> from cohort.assignment.coordinator import Coordinator
     >>> coordinator = Coordinator.from_url("sqlite:////tmp/cohort.db")  # doctest: +SKIP
     >>> from cohort.assignment.settings import MemberSettings
     >>> settings = MemberSettings(topics=("orders",))
