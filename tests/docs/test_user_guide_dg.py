@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from cohort.devtools.embedded_broker import free_port
+from cohort.devtools.embedded_broker import EmbeddedBroker, free_port
 from tests.dagster.dg_support import activated, install_cohort
 from tests.support.doc_blocks import titled_blocks
 from tests.support.polling import poll
@@ -85,7 +85,14 @@ def _served(url: str) -> dict[str, Any] | None:
 
 
 @pytest.mark.timeout(1500)
-def test_the_dg_walkthrough_lands_its_topic(broker: Any, tmp_path: Path) -> None:
+def test_the_dg_walkthrough_lands_its_topic(tmp_path: Path) -> None:
+    """On a broker of its own: the guide's `orders` topic is the Python walkthrough's too (tests/docs/test_user_guide.py
+    runs it on the session's broker), and each expects to find only its own 20 records there."""
+    with EmbeddedBroker() as broker:
+        _walkthrough(broker, tmp_path)
+
+
+def _walkthrough(broker: Any, tmp_path: Path) -> None:
     blocks = titled_blocks("user-guide.md")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "DAGSTER_"))}
     env.update(
