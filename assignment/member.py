@@ -346,13 +346,10 @@ class GroupMember:
             self._in_flight = frozenset(partitions)
         try:
             yield
-        except BaseException:
+        finally:
             with self._state:
                 self._in_flight = frozenset()
-            raise
-        with self._state:
-            self._in_flight = frozenset()
-            held = bool(self._held_back)
+                held = bool(self._held_back)
         if held and not self._stop.is_set():
             self._rebalance()
 

@@ -362,12 +362,13 @@ def _stage(
     if not plan.spans:
         return {}, {}
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    if spec.transform is not None and _tasks_can_write(spec, sink, quarantine, attempt):
+    tasks_write = _tasks_can_write(spec, sink, quarantine, attempt)
+    if tasks_write and spec.transform is not None:
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job: the tasks write the quarantine and hand the JVM the valid rows, as Arrow, to transform
         with _timed(stages, "read_and_write"), executor_errors_named(spark):
             stats = _stream_transform(spark, spec, kafka_config, plan, writer, sink.staging_root(attempt))
-    elif _tasks_can_write(spec, sink, quarantine, attempt):
+    elif tasks_write:
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job, no record crosses into the JVM: only each span's stats
         with _timed(stages, "read_and_write"), executor_errors_named(spark):
