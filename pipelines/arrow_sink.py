@@ -28,7 +28,7 @@ from cohort.pipelines.sink import SinkError, SinkLayout
 if TYPE_CHECKING:
     from cohort.pipelines.staged_counts import OutputShape
 
-__all__ = ["ArrowFs", "ArrowStagedWriter", "arrow_compression", "arrow_filesystem"]
+__all__ = ["ArrowFs", "ArrowStagedWriter", "SpanFile", "arrow_compression", "arrow_filesystem", "span_file_name"]
 
 ArrowCodec = Literal["snappy", "gzip", "zstd", "lz4", "none"]
 """A Parquet codec name pyarrow's writer takes (and the tasks may write)."""
@@ -76,8 +76,9 @@ class ArrowStagedWriter:
     def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
         """Write every checked batch of `span`: valid rows to the sink staging, failed ones to quarantine."""
         codec = arrow_compression(self.compression)
-        sink = _SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), span, codec)
-        quarantine = _SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), span, codec)
+        name = span_file_name(span)
+        sink = SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
+        quarantine = SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
         try:
             for batch in checked:
                 failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
@@ -93,9 +94,9 @@ class ArrowStagedWriter:
     def pass_valid(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write `span`'s failed rows to the quarantine staging and yield its valid rows (checked batches without
         their raw values) for Spark to transform and write: the quarantine never enters the JVM."""
-        quarantine = _SpanFile(
+        quarantine = SpanFile(
             self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition),
-            span,
+            span_file_name(span),
             arrow_compression(self.compression),
         )
         try:
@@ -131,15 +132,21 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return found
 
 
-class _SpanFile:
-    """One span's Parquet file in one staging directory, opened on the first row."""
+def span_file_name(span: OffsetSpan) -> str:
+    """The name (without `.parquet`) of a reading task's file for `span`: a retried task rewrites the same name."""
+    return f"part-{span.from_offset}-{span.until_offset}"
 
-    def __init__(self, directory: str, span: OffsetSpan, compression: ArrowCodec | None) -> None:
+
+class SpanFile:
+    """One task's Parquet file `<name>.parquet` in one staging directory, opened on the first row."""
+
+    def __init__(self, directory: str, name: str, compression: ArrowCodec | None) -> None:
         resolved = arrow_filesystem(directory)
         if resolved is None:
             raise ValueError(f"pyarrow cannot write to {directory}")
+        self.directory = directory
         self._fs, self._dir = resolved
-        self._name = f"part-{span.from_offset}-{span.until_offset}.parquet"
+        self._name = f"{name}.parquet"
         self._temporary = f"{self._dir}/.{self._name}.{uuid.uuid4().hex}.tmp"
         self._compression = compression
         self._writer: Any = None

@@ -67,6 +67,7 @@ from cohort.pipelines.frames import (
     quarantine_frame,
     reads_observed,
     sink_frame,
+    with_partition_columns,
 )
 from cohort.pipelines.plan import BatchPlan, PartitionPlan, plan_batch
 from cohort.pipelines.positions import RangeLedger, gather_positions
@@ -80,6 +81,7 @@ from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.staged_counts import OutputShape, StagedCounts, account
 from cohort.pipelines.staging_collect import staging_roots, tidy_staging
+from cohort.pipelines.transformed_sink import WRITTEN_DDL, TransformedWriter, arrow_writable
 
 __all__ = ["connect_problem", "plan_for", "run_batch"]
 
@@ -164,6 +166,10 @@ def _unsorted_writes(writers: int) -> dict[str, str]:
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
 
+
+_ROWS_TO_ARROW = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+"""Batches of rows for Python bounded by their count only (maxRecordsPerBatch): under a byte limit Spark measures
+the batch after every row, and a row with a list (the `kafka` headers) makes that measure walk the whole batch."""
 
 _MAX_WRITERS = 64
 """At most this many open Parquet writers per write task (each buffers a row group); past it Spark sorts."""
@@ -425,8 +431,14 @@ def _stream_transform(
     `root`. Nothing is cached, read twice or decoded twice, and the stats come back with the job (observed)."""
     checked = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer, valid_only=True)
     observed, observation = observe_reads(checked)
-    writers = min(max(4, len(plan.to_read)), _MAX_WRITERS)  # a task may hold rows of several partitions
-    _write_staged(spark, sink_frame(observed, spec), root, spec.compression, writers=writers)
+    transformed = sink_frame(observed, spec, partition_columns=False)
+    if arrow_writable(transformed.schema):  # Python workers write the sink: Spark's Parquet writer costs most
+        sink_writer = TransformedWriter(writer.sink, writer.attempt, spec.compression)
+        with _session_conf(spark, _ROWS_TO_ARROW):
+            transformed.mapInArrow(sink_writer.write, WRITTEN_DDL).collect()
+    else:
+        writers = min(max(4, len(plan.to_read)), _MAX_WRITERS)  # a task may hold rows of several partitions
+        _write_staged(spark, with_partition_columns(transformed), root, spec.compression, writers=writers)
     return _stats(reads_observed(observation)[1])
 
 

@@ -36,7 +36,7 @@ from cohort.pipelines.reader import (
 from cohort.pipelines.spark import parallelism
 from cohort.pipelines.spec import PipelineSpec
 
-__all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame"]
+__all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame", "with_partition_columns"]
 
 _PARTITION_COLUMNS = ("topic", "partition")
 
@@ -154,14 +154,16 @@ def reads_observed(observation: Observation) -> tuple[int, ReadStats]:
     return int(metrics["failed"]), gather_read_stats(metrics["read"])
 
 
-def _with_partition_columns(frame: DataFrame) -> DataFrame:
+def with_partition_columns(frame: DataFrame) -> DataFrame:
+    """`frame` with `topic` and `partition` columns from its `kafka` struct, for a write partitioned by them."""
     return frame.withColumn("topic", F.col(f"{KAFKA_COLUMN}.topic")).withColumn(
         "partition", F.col(f"{KAFKA_COLUMN}.partition")
     )
 
 
-def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
-    """Valid records through the user transform, plus `topic`/`partition` for the staging layout."""
+def sink_frame(checked: DataFrame, spec: PipelineSpec, *, partition_columns: bool = True) -> DataFrame:
+    """Valid records through the user transform, plus (with `partition_columns`) `topic`/`partition` for a
+    Spark write of the staging layout."""
     valid = checked.filter(F.col(REASON_COLUMN).isNull() & F.col(READ_STATS_COLUMN).isNull()).select(
         kafka_struct(), *[F.col(f"`{name}`") for name in spec.checker.output_names]
     )
@@ -180,7 +182,7 @@ def sink_frame(checked: DataFrame, spec: PipelineSpec) -> DataFrame:
             raise TransformError(
                 f"the transform's output may not have columns {clashes}: the sink's directories use them"
             )
-    return _with_partition_columns(valid)
+    return with_partition_columns(valid) if partition_columns else valid
 
 
 def quarantine_frame(checked: DataFrame) -> DataFrame:
@@ -188,4 +190,4 @@ def quarantine_frame(checked: DataFrame) -> DataFrame:
     failed = checked.filter(F.col(REASON_COLUMN).isNotNull()).select(
         kafka_struct(), F.col(RAW_VALUE_COLUMN).alias("value"), F.col(REASON_COLUMN).alias("reason")
     )
-    return _with_partition_columns(failed)
+    return with_partition_columns(failed)

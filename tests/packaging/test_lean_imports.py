@@ -23,6 +23,7 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.validate",
     "cohort.pipelines.sink",
     "cohort.pipelines.arrow_sink",
+    "cohort.pipelines.transformed_sink",
     "cohort.pipelines.registry_decode",
     "cohort.pipelines.framing",
     "cohort.pipelines.registry",

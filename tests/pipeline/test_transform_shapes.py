@@ -130,3 +130,26 @@ def test_a_flattening_filtering_transform_into_a_table_and_its_replay(
     assert entry.consumed == 15 and entry.expanded == sum(n - 1 for i, n in rows.items() if i >= 5)
     code, report, _ = cohort_audit(group, "--store-url", sqlite_url, "--sink", spec.sink_path)
     assert (code, report["ok"]) == (0, True), report
+
+
+def test_a_shuffling_transform_lands_every_record_once_in_its_own_partition_directory(
+    spark, kafka_config, topic_factory, produce_records, coordinator, ledger, group, sqlite_url, lake
+):
+    """A transform that repartitions hands each writing task rows of several partitions, interleaved: every
+    record still lands once, under its own partition's directory."""
+    topic = topic_factory(3)
+    produce_records(topic, [(i % 3, None, order(i)) for i in range(60)], one_per_batch=False)
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+
+    def shuffled(frame):  # type: ignore[no-untyped-def]
+        return frame.repartition(2, F.col("id"))
+
+    spec = PipelineSpec(sink_path=str(lake), value_schema=ORDER_SCHEMA, model=Order, transform=shuffled)
+    result = run_batch(spark, spec, kafka_config, partitions, ledger, run_id="shuffled")
+    assert sorted((p.partition, p.records) for p in result.partitions) == [(0, 20), (1, 20), (2, 20)]
+    table = ds.dataset(str(lake), format="parquet", partitioning="hive").to_table(columns=["kafka", "partition"])
+    landed = Counter((k["partition"], k["offset"], d) for k, d in zip(*table.to_pydict().values(), strict=True))
+    assert sorted(landed) == sorted((p, o, p) for p in range(3) for o in range(20))
+    assert set(landed.values()) == {1}
+    code, report, _ = cohort_audit(group, "--store-url", sqlite_url, "--sink", str(lake))
+    assert (code, report["ok"]) == (0, True), report
