@@ -31,6 +31,10 @@ _AS_TEXT: dict[str, tuple[Any, str]] = {
     "key_schema": (str | None, "The key's schema, as value_schema."),
     "model": (str | None, "A pandera.pyspark DataFrameModel checked row by row, as 'package.module:Name'."),
     "transform": (str | None, "A function DataFrame -> DataFrame applied before the sink, as 'package.module:name'."),
+    "arrow_transform": (
+        str | None,
+        "A function pyarrow Table -> Table the reading tasks apply before the sink (no JVM), as 'package.module:name'.",
+    ),
     "reset": (str, "Where partitions without a committed offset start: earliest, latest or an ISO 8601 time."),
     "consumer_config": (dict[str, str], "Extra librdkafka settings of the executor-side consumers."),
 }

@@ -264,7 +264,7 @@ def _with_reader_schemas(
 def _landed_schema(pipeline: PipelineSpec) -> dg.TableSchema | None:
     """The sink's columns this run landed (its reader schemas resolved); None with a transform, whose output
     columns are known only to Spark."""
-    return table_schema(landed_columns(pipeline)) if pipeline.transform is None else None
+    return table_schema(landed_columns(pipeline)) if not pipeline.reshapes else None
 
 
 def _batch(

@@ -5,23 +5,26 @@ runs too), start Spark, warm the JVM with one batch of each kind, then run `run_
 `--repeats` times per case, interleaved, each on a fresh group and sink:
 
 - `plain`: no transform; the reading tasks decode, check and write both outputs (pyarrow);
-- `light`: two `withColumn` (a derived amount, a lower-cased string);
-- `heavy`: a broadcast join with a small dimension table (4 countries) and a filter every valid record passes
-  (a batch must write one row per valid record: its counts are checked per offset range);
+- `light`: a Spark transform, two `withColumn` (a derived amount, a lower-cased string): the reading tasks hand
+  the valid rows to the JVM as Arrow, Spark transforms them and hands them back to Python tasks as Arrow, which
+  write the sink (pyarrow);
+- `heavy`: a Spark transform, a broadcast join with a small dimension table (4 countries) and a filter;
+- `identity`: a Spark transform that changes nothing: the rows' trip through the JVM alone, the floor of any
+  Spark transform;
+- `light-arrow`, `heavy-arrow`: the same two transforms as Arrow transforms (`PipelineSpec.arrow_transform`),
+  applied by the reading tasks before they write: nothing crosses into the JVM;
 - `persisted` (with `--persisted`): the light transform on the Spark-written path the batch takes for a root
   only Hadoop reaches (`file:` URI): checked rows cross into the JVM, are cached, and Spark writes both outputs.
 
 Per case: the median records/s and CPU seconds per 1M records, split into the driver (this process), the JVM and
-the Python workers (the JVM's descendants), the ratios to `plain`, the median wall seconds per stage and where
-CPU went by stage: the reading tasks' own (read, decode, check, write: cohort.pipelines.task_cpu), the driver's
-(digest, commit, ...), and the rest (the JVM: Spark's scheduling, the transform's Parquet read and write).
+the Python workers (the JVM's descendants), the ratios to `plain`, and the median wall seconds per stage.
 
 Usage:
     python -m benchmarks.transform                 # 1M records, 3 repeats
     python -m benchmarks.transform --records 200000 --repeats 3 --persisted
 
-The last line printed is one JSON object: per case its rate and CPU figures, plus `light_rate_ratio`,
-`light_cpu_ratio`, `heavy_rate_ratio` and `heavy_cpu_ratio` (against `plain`).
+The last line printed is one JSON object: per case its rate and CPU figures, plus `<case>_rate_ratio` and
+`<case>_cpu_ratio` (against `plain`) for each transform case.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -56,6 +61,27 @@ def light(frame: DataFrame) -> DataFrame:
     return frame.withColumn("amount_cents", (F.col("amount") * 100).cast("long")).withColumn(
         "user_lc", F.lower(F.col("user"))
     )
+
+
+def identity(frame: DataFrame) -> DataFrame:
+    """No change: what any Spark transform costs before it computes anything (the rows' trip through the JVM)."""
+    return frame
+
+
+def light_arrow(rows: pa.Table) -> pa.Table:
+    """`light` as an Arrow transform: the same two columns, computed by the reading tasks."""
+    cents = pc.cast(pc.trunc(pc.multiply(rows.column("amount"), 100)), pa.int64())
+    return rows.append_column("amount_cents", cents).append_column("user_lc", pc.utf8_lower(rows.column("user")))
+
+
+def heavy_arrow(rows: pa.Table) -> pa.Table:
+    """`heavy` as an Arrow transform: the 4-row dimension looked up by country (a broadcast join), the filter."""
+    codes = pa.array([c for c, _, _ in COUNTRIES])
+    at = pc.index_in(rows.column("country"), value_set=codes)
+    for i, name in ((1, "country_name"), (2, "region")):
+        rows = rows.append_column(name, pa.array([row[i] for row in COUNTRIES]).take(at))
+    rows = rows.filter(pc.greater_equal(rows.column("amount"), 0))
+    return rows.append_column("amount_cents", pc.cast(pc.trunc(pc.multiply(rows.column("amount"), 100)), pa.int64()))
 
 
 def heavy_transform(spark: Any) -> Callable[[DataFrame], DataFrame]:
@@ -159,7 +185,14 @@ def main() -> None:
         spark.range(2, numPartitions=2).mapInArrow(lambda batches: batches, "id long").count()
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         coordinator = Coordinator.from_url(f"sqlite:///{tmp}/cohort.db")
-        transforms: dict[str, Any] = {"plain": None, "light": light, "heavy": heavy_transform(spark)}
+        transforms: dict[str, Any] = {
+            "plain": None,
+            "light": light,
+            "heavy": heavy_transform(spark),
+            "identity": identity,
+            "light-arrow": light_arrow,
+            "heavy-arrow": heavy_arrow,
+        }
         roots = {name: f"{tmp}/{name}" for name in transforms}
         if args.persisted:
             transforms["persisted"] = light
@@ -167,8 +200,9 @@ def main() -> None:
         runs: dict[str, list[Run]] = {name: [] for name in transforms}
         for round_ in range(args.repeats + 1):  # round 0 warms the JVM (JIT) for every case; not counted
             for name, transform in transforms.items():
+                kind = "arrow_transform" if name.endswith("-arrow") else "transform"
                 spec = PipelineSpec(
-                    sink_path=f"{roots[name]}-{round_}", value_schema=SCHEMA, model=Event, transform=transform
+                    sink_path=f"{roots[name]}-{round_}", value_schema=SCHEMA, model=Event, **{kind: transform}
                 )
                 ledger = coordinator.standalone_ledger(f"bench-{name}-{round_}")
                 run = run_once(spark, jvm_pid, spec, config, ledger, count)
@@ -181,9 +215,10 @@ def main() -> None:
     summary: dict[str, Any] = {"records": count, "repeats": args.repeats}
     for name in transforms:
         summary[name] = report(name, runs[name], count, None if name == "plain" else runs["plain"])
-    for name in ("light", "heavy"):
-        summary[f"{name}_rate_ratio"] = summary[name]["rate_ratio"]
-        summary[f"{name}_cpu_ratio"] = summary[name]["cpu_ratio"]
+    for name in ("light", "heavy", "identity", "light-arrow", "heavy-arrow"):
+        key = name.replace("-", "_")
+        summary[f"{key}_rate_ratio"] = summary[name]["rate_ratio"]
+        summary[f"{key}_cpu_ratio"] = summary[name]["cpu_ratio"]
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores)")
     print(json.dumps(summary))
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cohort.pipelines.arrow_transform import ArrowTransform, apply_arrow_transform
 from cohort.pipelines.checked import RecordChecker
 from cohort.pipelines.decode import RAW_VALUE_COLUMN, REASON_COLUMN
 from cohort.pipelines.reader import OffsetSpan
@@ -72,9 +73,11 @@ class ArrowStagedWriter:
     attempt: str
     compression: str
     checker: RecordChecker
+    arrow_transform: ArrowTransform | None = None
 
     def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
-        """Write every checked batch of `span`: valid rows to the sink staging, failed ones to quarantine."""
+        """Write every checked batch of `span`: valid rows (through the Arrow transform, if any) to the sink
+        staging, failed ones to quarantine."""
         codec = arrow_compression(self.compression)
         name = span_file_name(span)
         sink = SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
@@ -82,7 +85,10 @@ class ArrowStagedWriter:
         try:
             for batch in checked:
                 failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
-                sink.write(self.checker.sink_rows(batch), self.checker.sink_schema)
+                rows = self.checker.sink_rows(batch)
+                if self.arrow_transform is not None:
+                    rows = apply_arrow_transform(self.arrow_transform, rows, span.topic, span.partition)
+                sink.write(rows, rows.schema)
                 if failed:
                     quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
             sink.commit()
@@ -154,6 +160,11 @@ class SpanFile:
     def write(self, rows: pa.Table, schema: pa.Schema) -> None:
         if not rows.num_rows:
             return
+        if self._writer is not None and schema != self._writer.schema:
+            raise SinkError(
+                f"rows for {self.directory} changed schema within one file (a transform must return one schema for "
+                f"every batch): {self._writer.schema} became {schema}"
+            )
         if self._writer is None:
             self._fs.create_dir(self._dir, recursive=True)
             compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None

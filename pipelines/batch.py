@@ -375,11 +375,17 @@ def _stage(
         with _timed(stages, "read_and_write"), executor_errors_named(spark):
             stats = _stream_transform(spark, spec, kafka_config, plan, writer, sink.staging_root(attempt))
     elif tasks_write:
-        writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
+        writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker, spec.arrow_transform)
         # one job, no record crosses into the JVM: only each span's stats
         with _timed(stages, "read_and_write"), executor_errors_named(spark):
             read = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer).collect()
         stats = _stats(gather_read_stats(read))
+    elif spec.arrow_transform is not None:
+        raise SinkError(
+            f"an arrow_transform runs in the reading tasks, which write with pyarrow: the compression "
+            f"{spec.compression!r} or a root pyarrow cannot reach ({spec.sink_path}, {spec.quarantine_root}) needs "
+            "Spark's writer; use a codec and roots pyarrow writes, or a Spark transform"
+        )
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with _timed(stages, "verify"):
@@ -392,7 +398,7 @@ def _stage(
             for p in plan.to_read
         }
         shapes = None
-        if spec.transform is not None:
+        if spec.reshapes:
             shapes = {
                 p.tp: fs.offset_shape(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition)) for p in plan.to_read
             }

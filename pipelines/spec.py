@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from cohort.common.validation import as_integer, is_number
+from cohort.pipelines.arrow_transform import ArrowTransform
 from cohort.pipelines.checked import RecordChecker
 from cohort.pipelines.decode import (
     RAW_FORMATS,
@@ -108,6 +109,9 @@ class PipelineSpec:
         transform: DataFrame -> DataFrame applied to valid records before the sink. Every row it returns
             keeps its record's `kafka` column; it may drop records (counted as `filtered`) and return several
             rows per record (the extra rows counted as `expanded`).
+        arrow_transform: pyarrow Table -> Table applied by the reading tasks to each batch of valid sink rows,
+            under the same contract as `transform` but without the JVM (cohort.pipelines.arrow_transform): the
+            fast path for transforms pyarrow.compute (or Polars, DuckDB) can express. Give one of the two.
         reset: where partitions without a committed offset start: 'earliest', 'latest', a
             timezone-aware datetime, or a ResetPolicy.
         fail_on_data_loss: fail when committed offsets are gone from Kafka; when False, record a gap.
@@ -148,6 +152,7 @@ class PipelineSpec:
     registry: RegistryConnection | None = None
     model: Any = None
     transform: Transform | None = None
+    arrow_transform: ArrowTransform | None = None
     reset: ResetPolicy | str | datetime = "earliest"
     fail_on_data_loss: bool = True
     max_records_per_partition: int | None = None
@@ -193,12 +198,22 @@ class PipelineSpec:
                 raise ValueError("a decoded key is the `key` column: rename the value field 'key'")
         if self.transform is not None and not callable(self.transform):
             raise ValueError(f"transform must be a callable DataFrame -> DataFrame, got {self.transform!r}")
+        if self.arrow_transform is not None and not callable(self.arrow_transform):
+            raise ValueError(f"arrow_transform must be a callable pyarrow Table -> Table, got {self.arrow_transform!r}")
+        if self.transform is not None and self.arrow_transform is not None:
+            raise ValueError("give transform (Spark) or arrow_transform (pyarrow), not both")
         if not is_number(self.read_timeout_s) or self.read_timeout_s <= 0:  # NaN would disable the timeout
             raise ValueError(f"read_timeout_s must be > 0 seconds, got {self.read_timeout_s!r}")
         if as_integer(self.consume_batch_size, "consume_batch_size") < 1:
             raise ValueError(f"consume_batch_size must be >= 1, got {self.consume_batch_size}")
         self.limits()  # validates the caps
         self.quarantine_rule  # noqa: B018 (validates the quarantine limit)
+
+    @property
+    def reshapes(self) -> bool:
+        """Whether a transform (Spark or Arrow) may drop rows or add some: the staged rows are then counted by
+        their offsets, and the sink's columns are the transform's."""
+        return self.transform is not None or self.arrow_transform is not None
 
     @property
     def key_decoded(self) -> bool:

@@ -2,8 +2,8 @@
 
 The settings that are Python objects in a `PipelineSpec` are text here: the value and key schemas as Spark DDL
 (`order_id BIGINT NOT NULL, customer STRING`) or, for `avro`, an Avro schema's JSON; the pandera model and the
-transform as references `package.module:Name`; `reset` as `earliest`, `latest` or an ISO 8601 time. The Dagster
-component and an Airflow DAG file read the same block through this function.
+transforms (Spark or Arrow) as references `package.module:Name`; `reset` as `earliest`, `latest` or an ISO 8601
+time. The Dagster component and an Airflow DAG file read the same block through this function.
 
 Example:
     >>> spec_from_settings({"sink_path": "/lake/orders", "value_schema": "id BIGINT NOT NULL"}).value_columns.names
@@ -48,7 +48,7 @@ def spec_from_settings(settings: Mapping[str, Any]) -> PipelineSpec:
         schema = values.get(f"{side}_schema")
         if isinstance(schema, str):
             values[f"{side}_schema"] = _schema(values.get(f"{side}_format", default), schema, f"{side}_schema")
-    for name in ("model", "transform"):
+    for name in ("model", "transform", "arrow_transform"):
         if isinstance(values.get(name), str):
             try:
                 values[name] = import_reference(values[name])

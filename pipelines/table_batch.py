@@ -485,7 +485,7 @@ def run_table_batch(
                 record = BatchRecord(run_id, tuple(ranges))
                 for output, schema in (
                     (_Output(tables.quarantine, quarantine, quarantined), spec.checker.quarantine_schema),
-                    (_Output(tables.sink, sink, written), spec.checker.sink_schema if spec.transform is None else None),
+                    (_Output(tables.sink, sink, written), spec.checker.sink_schema if not spec.reshapes else None),
                 ):
                     change = _change(fs, output, held[output.table.root], owner, plan, attempt, record, schema)
                     if output.table is tables.quarantine and not (change.adds or change.removes):
