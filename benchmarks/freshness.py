@@ -34,9 +34,9 @@ Per run:
   **launch -> published** is the end of `run_batch` less its mirror stage;
 - the **split** of launch -> commit, from the run's report (see benchmarks/freshness_run.py): the interpreter's
   start, imports, the Definitions, the Dagster instance, from the instance to the step's start (the run stored, the
-  resources up), the worker before the group join (run tags, unreported ranges, topic metadata), the join, after the
-  join (partition counts, dynamic partitions), the Spark session, before the batch, and `run_batch` until the commit
-  (its `stage_seconds` are shown too);
+  resources up), the step before its Spark session, the Spark session (started before any slot's member joins),
+  before the group join (run tags, unreported ranges, topic metadata), the join, before the batch (partition
+  counts, dynamic partitions), and `run_batch` until the commit (its `stage_seconds` are shown too);
 - CPU seconds: the run process and everything it started and reaped (the local JVM and its Python workers in
   cold runs), and the Connect server's process tree (its JVM and Python workers, those alive at the run's end).
 
@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -95,10 +96,10 @@ SPLIT = (
     "definitions",
     "dagster_instance",
     "dagster_run_to_step",
+    "before_spark",
+    "spark_session",
     "before_join",
     "group_join",
-    "after_join",
-    "spark_session",
     "before_batch",
     "batch_to_commit",
 )
@@ -159,13 +160,16 @@ def split(report: Mapping[str, Any], spawn: float, committed_at: float) -> dict[
         report["defs"],  # build_cohort_definitions, the job resolved
         report["instance"],  # DagsterInstance.get()
         report["events"]["STEP_START"][0],  # execute_in_process: the run stored, resources up, the step started
+        report["spark_session"][0],  # run config, the group's settings (the session starts before any member)
+        report["spark_session"][1],  # SparkResource.get_session()
         report["join"][0],  # run tags, unreported ranges, topic metadata, the coordinator
         report["join"][1],  # GroupMember.join(): the group protocol
-        report["spark_session"][0],  # partition counts, the instance's dynamic partitions
-        report["spark_session"][1],  # SparkResource.get_session()
-        report["batch"][0],  # the Kafka mirror, the new-partitions query
+        report["batch"][0],  # partition counts, the instance's dynamic partitions, the Kafka mirror
         committed_at,  # run_batch up to its ledger commit
     ]
+    if any(later < earlier for earlier, later in itertools.pairwise(marks)):
+        named = dict(zip(SPLIT, marks[1:], strict=True))
+        raise ValueError(f"the run's timeline is not in the order the split assumes: {named}")
     return {name: marks[i + 1] - marks[i] for i, name in enumerate(SPLIT)}
 
 

@@ -19,6 +19,8 @@ librdkafka's default settings and `ratio` the pipeline's rate over it; `tuned_ra
 with the one setting the pipeline's readers change (fetch.queue.backoff.ms) and `ratio_vs_tuned` its seconds
 over the pipeline's. Both ratios and `cpu_s_per_1m` (CPU seconds of the whole process tree: driver, JVM,
 Python workers, per 1M records) are of the JVM's first batch. Both raw consumers touch every value.
+`warm_cpu_s_per_1m` is the second batch's, and `stage_cpu_s_per_1m` breaks it down (benchmarks/stages.py: read,
+decode, check, write and digest redone one by one in this process over the same records, and the batch's commit).
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ import pyspark.sql.types as T
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from benchmarks.stages import stage_cpu
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from cohort.pipelines.reader import READER_DEFAULTS
+from cohort.pipelines.reader import READER_DEFAULTS, OffsetSpan
 
 TOPIC = "bench-events"
 GROUP = "bench-pipeline"
@@ -188,8 +191,11 @@ def main() -> None:
                 raise SystemExit(f"mirror failed: {result.mirror_error}")
         spark.stop()
         coordinator.close()
+        spans = [OffsetSpan(p.topic, p.partition, p.from_offset, p.until_offset) for p in runs[1][1].partitions]
+        stages_spec = PipelineSpec(sink_path=f"{tmp}/lake-stages", value_schema=SCHEMA, model=Event)
+        by_stage = stage_cpu(stages_spec, config, spans)
 
-    (pipeline_s, result, load, cpu), (warm_s, _, warm_load, warm_cpu) = runs
+    (pipeline_s, result, load, cpu), (warm_s, warm_result, warm_load, warm_cpu) = runs
     raw_rate, pipeline_rate = count / raw_s, count / pipeline_s
     print(f"records                 {count:>12,} over {args.partitions} partitions (produced in {produce_s:.1f} s)")
     print(f"raw consumer (default)  {raw_rate:>12,.0f} records/s  ({raw_s:.2f} s, {raw_cpu:.1f} CPU s)")
@@ -217,6 +223,17 @@ def main() -> None:
         f"load average (1 min)    {load:>12.2f} before the first batch, {warm_load:.2f} before the second "
         f"({os.cpu_count()} cores)"
     )
+    per_1m = 1_000_000 / count
+    by_stage["commit"] = warm_result.stage_seconds.get("commit", 0.0)  # the ledger's transaction: CPU ~ wall
+    accounted = sum(by_stage.values())
+    print("CPU by stage, per 1M records (the tasks' stages redone one by one in one process; commit: the batch's):")
+    for stage, seconds in by_stage.items():
+        print(f"  {stage:<21} {seconds * per_1m:>8.2f} CPU s")
+    print(f"  {'sum':<21} {accounted * per_1m:>8.2f} CPU s")
+    print(
+        f"  {'the rest (Spark)':<21} {(warm_cpu - accounted) * per_1m:>8.2f} CPU s  "
+        f"(the warm batch's {warm_cpu * per_1m:.2f} less the sum: scheduling, Python workers, the driver's plan)"
+    )
     summary = {
         "records": count,
         "raw_rate": round(raw_rate),
@@ -226,6 +243,8 @@ def main() -> None:
         "ratio_vs_tuned": round(raw_tuned_s / pipeline_s, 3),
         "cpu_s_per_1m": round(cpu * 1_000_000 / count, 2),
         "spark_startup_s": round(startup_s, 2),
+        "warm_cpu_s_per_1m": round(warm_cpu * per_1m, 2),
+        "stage_cpu_s_per_1m": {stage: round(seconds * per_1m, 2) for stage, seconds in by_stage.items()},
     }
     print(json.dumps(summary))
 

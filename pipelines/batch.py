@@ -74,7 +74,7 @@ from cohort.pipelines.positions import RangeLedger, gather_positions
 from cohort.pipelines.quarantine_limit import refuse_over_limit
 from cohort.pipelines.reader import ReadStats, gather_read_stats
 from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.replay_check import OutputCheck, check_outputs, refuse_changed
+from cohort.pipelines.replay_check import HeldOutput, OutputCheck, check_outputs, refuse_changed
 from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
 from cohort.pipelines.sink import HadoopFs, SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spark import is_connect, parallelism
@@ -361,12 +361,15 @@ def _stage(
     fs: SinkFs,
     attempt: str,
     stages: dict[str, float],
-) -> tuple[Stats, dict[TopicPartition, StagedCounts]]:
-    """Read, decode and validate the plan's spans once (persisted), write both outputs to staging, count
-    them from the staged footers (with a transform, its rows by offset too), check the counts and the quarantine
-    limit; returns (consumed stats, each range's counts)."""
+    held: tuple[HeldOutput, HeldOutput],
+) -> tuple[Stats, dict[TopicPartition, StagedCounts], dict[TopicPartition, OutputCheck]]:
+    """Read, decode and validate the plan's spans once, write both outputs to staging, digest each range's
+    staged output against what the sink `held` (sink, quarantine) holds (cohort.pipelines.replay_check), count
+    the outputs from the staged footers (with a transform, its rows by offset too, from the digest's read), check
+    the counts and the quarantine limit; returns (consumed stats, each range's counts, each range's check)."""
     if not plan.spans:
-        return {}, {}
+        with _timed(stages, "verify"):
+            return {}, {}, check_outputs(fs, *held, attempt, plan)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     tasks_write = _tasks_can_write(spec, sink, quarantine, attempt)
     if tasks_write and spec.transform is not None:
@@ -389,6 +392,7 @@ def _stage(
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with _timed(stages, "verify"):
+        checks = check_outputs(fs, *held, attempt, plan)
         written = {
             p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
             for p in plan.to_read
@@ -399,13 +403,16 @@ def _stage(
         }
         shapes = None
         if spec.reshapes:
-            shapes = {
-                p.tp: fs.offset_shape(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition)) for p in plan.to_read
-            }
+            shapes = {p.tp: _shape(fs, checks.get(p.tp), sink.staged_range_dir(attempt, *p.tp)) for p in plan.to_read}
         counts = _verify(plan, stats, written, quarantined, shapes)
     shares = {tp: (c.quarantined, stats.get(tp, (0, 0, 0.0))[0]) for tp, c in counts.items()}
     refuse_over_limit(spark, spec.quarantine_rule, shares, lambda tp: quarantine.staged_range_dir(attempt, *tp))
-    return stats, counts
+    return stats, counts, checks
+
+
+def _shape(fs: SinkFs, check: OutputCheck | None, staged: str) -> OutputShape:
+    """A range's staged sink rows by offset: from its digest's read when there was one, else read back."""
+    return check.shape if check is not None and check.shape is not None else fs.offset_shape(staged)
 
 
 def _file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> SinkFs:
@@ -535,9 +542,7 @@ def run_batch(
     try:
         with _timed(stages, "publish"):
             warnings = _complete_committed(ledger, plan, sink, quarantine, fs)
-        stats, counts = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
-        with _timed(stages, "verify"):
-            checks = check_outputs(fs, sink, quarantine, attempt, plan)
+        stats, counts, checks = _stage(spark, spec, kafka_config, plan, fs, attempt, stages, (sink, quarantine))
         if spec.strict_replay:
             refuse_changed(checks)
         ranges = _commit_ranges(plan, counts, checks)

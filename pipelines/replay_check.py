@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from cohort.common.types import TopicPartition
@@ -23,6 +24,7 @@ from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
 from cohort.pipelines.digest import digest, read_dirs
 from cohort.pipelines.plan import BatchPlan
 from cohort.pipelines.sink import SinkFs
+from cohort.pipelines.staged_counts import OutputShape
 
 __all__ = ["HeldOutput", "OutputCheck", "ReplayChangedError", "check_outputs", "refuse_changed"]
 
@@ -33,12 +35,15 @@ class ReplayChangedError(RuntimeError):
 
 @dataclass(frozen=True)
 class OutputCheck:
-    """One partition's staged output: its digest, and for a replay the offsets compared and whether the output
-    for them changed (None: not a replay)."""
+    """One partition's staged output: its digest and its sink rows' shape, and for a replay the offsets compared
+    and whether the output for them changed (None: not a replay)."""
 
     content_hash: str
     compared: tuple[int, int] | None = None
     changed: bool | None = None
+    shape: OutputShape | None = None
+    """The staged sink rows by their offsets (read with the digest's rows, so a transform's rows are counted
+    without reading the files again)."""
 
     @property
     def note(self) -> str | None:
@@ -95,12 +100,14 @@ def _check(
     staged = [_tables([layout.staged_range_dir(attempt, tp.topic, tp.partition)]) for layout in (sink, quarantine)]
     held = [layout.overlapped(fs, attempt, tp, lo, hi) for layout in (sink, quarantine)]
     new = digest(staged[0], staged[1], lo, hi)
+    offsets = [chunk for t in staged[0] for chunk in pc.struct_field(t.column("kafka"), "offset").chunks]
+    shape = OutputShape.of(pa.chunked_array(offsets, pa.int64()))
     if not (held[0] or held[1]):
-        return OutputCheck(new)
+        return OutputCheck(new, shape=shape)
     window = (lo, min(hi, max(y for dirs in held for _x, y, _path in dirs)))
     old = [_tables([path for _x, _y, path in dirs]) for dirs in held]
     changed = digest(staged[0], staged[1], *window) != digest(old[0], old[1], *window)
-    return OutputCheck(new, window, changed)
+    return OutputCheck(new, window, changed, shape)
 
 
 def refuse_changed(checks: Mapping[TopicPartition, OutputCheck]) -> None:

@@ -45,7 +45,7 @@ from cohort.pipelines.batch import (
 from cohort.pipelines.plan import BatchPlan
 from cohort.pipelines.positions import RangeLedger
 from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.replay_check import check_outputs, refuse_changed
+from cohort.pipelines.replay_check import refuse_changed
 from cohort.pipelines.results import AdoptedRange, BatchResult
 from cohort.pipelines.sink import SinkError, SinkFs, SinkLayout, attempt_id
 from cohort.pipelines.spec import PipelineSpec
@@ -469,13 +469,13 @@ def run_table_batch(
     directories: dict[str, list[str]] = {}
     pending: dict[str, TableCommit] = {}
     try:
-        stats, counts = _stage(spark, spec, kafka_config, plan, fs, attempt, stages)
-        written = {tp: c.written for tp, c in counts.items()}
-        quarantined = {tp: c.quarantined for tp, c in counts.items()}
         with _timed(stages, "verify"):
             pairs = ((tables.quarantine, quarantine), (tables.sink, sink))
             held = {t.root: _Held.read(t, layout, owner, plan) for t, layout in pairs}
-            checks = check_outputs(fs, held[tables.sink.root], held[tables.quarantine.root], attempt, plan)
+        outputs = (held[tables.sink.root], held[tables.quarantine.root])
+        stats, counts, checks = _stage(spark, spec, kafka_config, plan, fs, attempt, stages, outputs)
+        written = {tp: c.written for tp, c in counts.items()}
+        quarantined = {tp: c.quarantined for tp, c in counts.items()}
         if spec.strict_replay:
             refuse_changed(checks)
         ranges = _commit_ranges(plan, counts, checks)

@@ -1,31 +1,45 @@
-"""docs/user-guide.md, "With dg", run as written: a dg project lands the guide's topic from a YAML group.
+"""docs/user-guide.md, "With dg", run as written: a dg project lands the guide's topic from a YAML group, and
+the Dagster UI is clicked through on this component-built project.
 
-The section's titled blocks run unchanged with bash against the session's embedded broker: `create-dagster`
+The section's titled blocks run unchanged with bash against a broker of the test's own: `create-dagster`
 makes the project, `dg scaffold defs` writes the group's defs.yaml (checked as scaffolded), the guide's
 defs.yaml and model replace it, `dg check defs` passes, the guide's sample orders are produced, `dg launch`
 runs a batch of the whole group (by job, then by assets), and `dg dev` (started here on a free port, the
-guide's command plus `--port`) serves the project's assets and per-group sensors. What the blocks leave out is
-done here as the guide says: Cohort is installed in the project's `.venv` (tests/dagster/dg_support.py,
-without downloads) and `.env` holds the store, the sink and the test's broker.
+guide's command plus `--port`) serves the project's assets and per-group sensors. The sample orders are
+produced once more (`produce_sample.py` without its topic creation: the topic exists) and headless Chromium
+clicks through the UI like a user: on the topic asset's page, Materialize, All partitions, Launch backfill;
+the backfill's one run, hosting every worker slot, lands the new records, and the sink then holds every
+produced record once per time it was produced. The screenshots are kept in artifacts/
+(dagster-ui-NN-dg-<page>.png). What the blocks leave out is done here as the guide says: Cohort is installed
+in the project's `.venv` (tests/dagster/dg_support.py, without downloads) and `.env` holds the store, the sink
+and the test's broker.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import dagster as dg
 import pyarrow.dataset as ds
 import pytest
+import yaml  # type: ignore[import-untyped]  # no stubs installed; only safe_load is used
 
+from cohort.assets.translator import DagsterCohortTranslator
 from cohort.devtools.embedded_broker import EmbeddedBroker, free_port
+from cohort.devtools.topics import partition_counts
+from tests.dagster.browser import chromium_binary, headless_chromium
 from tests.dagster.dg_support import activated, install_cohort
+from tests.dagster.ui_support import Screenshots, metadata_value, skip_community_dialog, wait_for_success
 from tests.support.doc_blocks import titled_blocks
 from tests.support.polling import poll
 from tests.support.processes import kill, marked
@@ -42,6 +56,8 @@ COMMANDS = (
 )
 MARK = "COHORT_DG_GUIDE_TEST"
 """Marks the processes this test starts (dg dev's webserver, daemon and code server), to stop what is left."""
+CREATE_TOPIC = re.compile(r"^create_topic\(.*\)\n", re.MULTILINE)
+T = DagsterCohortTranslator()
 
 
 def _run(command: str, cwd: Path, env: dict[str, str], *, timeout_s: float) -> str:
@@ -64,7 +80,15 @@ def test_the_section_has_every_block_this_test_runs() -> None:
 def _landed(lake: Path) -> tuple[list[int], list[bytes]]:
     sink = ds.dataset(lake, format="parquet", partitioning="hive").to_table()
     quarantine = ds.dataset(lake / "_quarantine", format="parquet", partitioning="hive").to_table().to_pylist()
-    return sorted(sink.column("order_id").to_pylist()), sorted(row["kafka"]["key"] for row in quarantine)
+    orders = cast("list[int]", sink.column("order_id").to_pylist())  # NOT NULL in the guide's value schema
+    return sorted(orders), sorted(row["kafka"]["key"] for row in quarantine)
+
+
+def _without_topic_creation(script: str) -> str:
+    """produce_sample.py as a second run needs it: the topic exists, and creating it again is an error."""
+    script, count = CREATE_TOPIC.subn("", script)
+    assert count == 1, "produce_sample.py no longer creates its topic in one `create_topic(...)` line"
+    return script
 
 
 def _served(url: str) -> dict[str, Any] | None:
@@ -84,10 +108,93 @@ def _served(url: str) -> dict[str, Any] | None:
     return nodes[0] if nodes and nodes[0]["assetNodes"] else None
 
 
-@pytest.mark.timeout(1500)
+def _check_served(served: dict[str, Any]) -> None:
+    assert {"/".join(node["assetKey"]["path"]) for node in served["assetNodes"]} == {
+        "cohort/orders_ingest/orders",
+        "cohort/orders_ingest/orders_landed",
+    }
+    assert {s["name"] for s in served["sensors"]} == {
+        "cohort_membership_sensor__orders_ingest",
+        "cohort_topic_sensor__orders_ingest",
+    }
+    assert {s["name"] for s in served["schedules"]} >= {"cohort_batches__orders_ingest"}
+
+
+@dataclass(frozen=True)
+class UiBatch:
+    """What the backfill launched from the UI did: its one run's slots, the partitions it materialized per
+    asset, and the rows its landed-asset materializations report (landed, quarantined)."""
+
+    slots: str | None
+    materialized: dict[str, set[str]]
+    landed: int
+    quarantined: int
+
+
+def _batch_of(instance: dg.DagsterInstance, run: dg.DagsterRun, landed_key: dg.AssetKey) -> UiBatch:
+    materializations = [
+        m
+        for record in instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000
+        ).records
+        if (m := record.event_log_entry.asset_materialization) is not None
+    ]
+    materialized: dict[str, set[str]] = {}
+    for m in materializations:
+        materialized.setdefault(m.asset_key.to_user_string(), set()).add(str(m.partition))
+    landed = [m.metadata for m in materializations if m.asset_key == landed_key]
+    return UiBatch(
+        slots=run.tags.get("cohort/slot"),
+        materialized=materialized,
+        landed=sum(metadata_value(m["dagster/row_count"]) for m in landed),
+        quarantined=sum(metadata_value(m["cohort/quarantined"]) for m in landed),
+    )
+
+
+def _materialize_all_in_the_ui(
+    url: str, dagster_home: str, group: str, topic: str, partitions: int, shots: Screenshots
+) -> UiBatch:
+    """On the topic asset's page: Materialize… -> All -> Launch backfill, as a user clicks it (as
+    tests/dagster/test_ui.py does on the Python-built demo); what the backfill's run did, once it succeeded."""
+    keys = {str(p) for p in range(partitions)}
+    with dg.DagsterInstance.from_config(dagster_home) as instance, headless_chromium() as page:
+        # "All partitions" means the partition keys registered (by a batch or by the topic sensor's tick).
+        partition_set = T.get_partitions_def_name(group)
+        poll(
+            lambda: set(instance.get_dynamic_partitions(partition_set)) >= keys,
+            timeout_s=120,
+            what=f"the partitions {sorted(keys)} of {partition_set} to be registered",
+        )
+        page.goto(url + "/assets/" + "/".join(T.get_asset_key(group, topic).path))
+        page.wait_for_text("Automation details", timeout_s=90)
+        skip_community_dialog(page)
+        page.click("Materialize…")
+        page.wait_for_text("Launch runs to materialize")
+        page.click("All")
+        page.wait_for_text(f"{partitions} partitions")
+        page.wait_for_text("in a single run")  # the group's assets' backfill policy
+        shots.take(page, "dg-materialize-dialog")
+        page.click("Launch backfill", selector="button")
+        backfills = poll(instance.get_backfills, timeout_s=30, what="the backfill Materialize launched")
+        assert len(backfills) == 1, backfills
+        runs = wait_for_success(
+            instance,
+            lambda: instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfills[0].backfill_id})),
+            timeout_s=600,
+        )
+        assert len(runs) == 1, [r.run_id for r in runs]
+        page.goto(url + "/assets/" + "/".join(T.get_asset_key(group, topic).path))
+        page.wait_for_text("Automation details", timeout_s=90)
+        shots.take(page, "dg-topic-asset")
+        return _batch_of(instance, runs[0], T.get_landed_asset_key(group, topic))
+
+
+@pytest.mark.timeout(2400)  # about 7 minutes on a quiet machine (the walkthrough, then the UI's batch)
 def test_the_dg_walkthrough_lands_its_topic(tmp_path: Path) -> None:
     """On a broker of its own: the guide's `orders` topic is the Python walkthrough's too (tests/docs/test_user_guide.py
-    runs it on the session's broker), and each expects to find only its own 20 records there."""
+    runs it on the session's broker), and each expects to find only its own records there."""
+    if chromium_binary() is None:
+        pytest.fail("chromium is not installed: run `make system-deps` (Debian's chromium)")
     with EmbeddedBroker() as broker:
         _walkthrough(broker, tmp_path)
 
@@ -129,7 +236,17 @@ def _walkthrough(broker: Any, tmp_path: Path) -> None:
     _run(blocks["dg: launch the assets"], project, env, timeout_s=900)
     assert _landed(lake) == (orders, quarantined)  # a second batch finds nothing new: nothing twice
 
+    # The same 20 records once more, for the batch the UI launches.
+    script = _without_topic_creation(blocks["produce_sample.py"])
+    (project / "produce_sample.py").write_text(script, encoding="utf-8")
+    assert "20 records produced" in _run(blocks["produce"], project, env, timeout_s=120)
+
+    attributes = yaml.safe_load(blocks[DEFS_YAML])["attributes"]
+    group, [topic] = attributes["group"], attributes["topics"]
+    partitions = partition_counts({"bootstrap.servers": broker.bootstrap_servers}, [topic])[topic]
+    shots = Screenshots(tmp_path)
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         ["bash", "-c", f"exec dg dev --port {port}"],
         cwd=project,
@@ -139,19 +256,25 @@ def _walkthrough(broker: Any, tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        served = poll(lambda: _served(f"http://127.0.0.1:{port}"), timeout_s=300, what="dg dev's project")
+        _check_served(poll(lambda: _served(url), timeout_s=300, what="dg dev's project"))
+        batch = _materialize_all_in_the_ui(url, env["DAGSTER_HOME"], group, topic, partitions, shots)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=60)
         finally:
             kill(marked(MARK, env[MARK]))
-    assert {"/".join(node["assetKey"]["path"]) for node in served["assetNodes"]} == {
-        "cohort/orders_ingest/orders",
-        "cohort/orders_ingest/orders_landed",
-    }
-    assert {s["name"] for s in served["sensors"]} == {
-        "cohort_membership_sensor__orders_ingest",
-        "cohort_topic_sensor__orders_ingest",
-    }
-    assert {s["name"] for s in served["schedules"]} >= {"cohort_batches__orders_ingest"}
+
+    keys = {str(p) for p in range(partitions)}
+    assert batch == UiBatch(
+        slots=",".join(str(s) for s in range(1, attributes["worker_slots"] + 1)),  # one run hosts every slot
+        materialized={
+            T.get_asset_key(group, topic).to_user_string(): keys,
+            T.get_landed_asset_key(group, topic).to_user_string(): keys,
+        },
+        landed=len(orders),  # the UI's batch, not another run, landed the new records
+        quarantined=len(quarantined),
+    )
+    # Every record produced twice landed twice (sink or quarantine): none lost, none landed a third time.
+    assert _landed(lake) == (sorted(orders * 2), sorted(quarantined * 2))
+    assert len(shots.taken) == 2 and all(shot.stat().st_size > 10_000 for shot in shots.taken)

@@ -1,0 +1,72 @@
+"""Where a plain batch's CPU goes, stage by stage: the reading tasks' work redone in one process, each stage timed.
+
+A batch's reading tasks read, decode, check and write inside Spark's Python workers, where their CPU is one
+figure. `stage_cpu` runs the same work in this process over the same records, one stage at a time, with the
+batch's own functions (cohort.pipelines.reader.read_range, the spec's RecordChecker, ArrowStagedWriter,
+cohort.pipelines.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
+
+- `read`: confluent-kafka `consume()` and the raw Arrow batches (cohort.pipelines.reader);
+- `decode`: the value decoder (msgspec for JSON) over every batch;
+- `check`: the model's checks and assembling the checked batch (RecordChecker.check less its decode);
+- `write`: both outputs' Parquet files (ArrowStagedWriter.write_span);
+- `digest`: the replay digest of every range (reading the staged files back and hashing them).
+
+What the batch spends beyond their sum is Spark's: scheduling, the Python workers, moving each span's stats.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from cohort.pipelines.arrow_sink import ArrowStagedWriter
+from cohort.pipelines.digest import digest, read_dirs
+from cohort.pipelines.reader import OffsetSpan, read_range
+from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.spec import PipelineSpec
+
+STAGES = ("read", "decode", "check", "write", "digest")
+
+
+def stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan]) -> dict[str, float]:
+    """CPU seconds of each of STAGES over `spans`, run one after the other in this process."""
+    config = {**kafka_config, **spec.consumer_config}
+    checker = spec.checker
+    cpu: dict[str, float] = {}
+
+    started = time.process_time()
+    raw = {span: list(read_range(config, span, batch_size=spec.consume_batch_size)) for span in spans}
+    cpu["read"] = time.process_time() - started
+
+    started = time.process_time()
+    for batches in raw.values():
+        for batch in batches:
+            checker.decoder.decode(batch.column("value"))
+    cpu["decode"] = time.process_time() - started
+
+    started = time.process_time()
+    checked = {span: [checker.check(batch) for batch in batches] for span, batches in raw.items()}
+    cpu["check"] = max(0.0, time.process_time() - started - cpu["decode"])
+
+    with tempfile.TemporaryDirectory(prefix="cohort-stages-") as root:
+        sink, quarantine = SinkLayout(f"{root}/sink"), SinkLayout(f"{root}/sink/_quarantine")
+        writer = ArrowStagedWriter(sink, quarantine, "stages", spec.compression, checker)
+        started = time.process_time()
+        for span, batches in checked.items():
+            writer.write_span(span, iter(batches))
+        cpu["write"] = time.process_time() - started
+
+        started = time.process_time()
+        local = pafs.LocalFileSystem()
+        for span in spans:
+            staged = [
+                read_dirs(local, [layout.staged_range_dir("stages", span.topic, span.partition)])
+                for layout in (sink, quarantine)
+            ]
+            digest(staged[0], staged[1], span.from_offset, span.until_offset)
+        cpu["digest"] = time.process_time() - started
+    return cpu
