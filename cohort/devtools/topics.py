@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.common.names import validate_topic_name
@@ -21,15 +21,26 @@ def _admin(config: KafkaConfig) -> AdminClient:
     return AdminClient(dict(config))
 
 
-def create_topic(config: KafkaConfig, topic: str, partitions: int, *, timeout_s: float = 30.0) -> None:
-    """Create `topic` with `partitions` partitions (replication 1) and wait until it is visible."""
+def create_topic(
+    config: KafkaConfig, topic: str, partitions: int, *, exist_ok: bool = False, timeout_s: float = 30.0
+) -> None:
+    """Create `topic` with `partitions` partitions (replication 1) and wait until it is visible. With `exist_ok`, a
+    topic that exists with that many partitions is left as it is (a script that is run twice); with another count
+    it is a ValueError naming both."""
     validate_topic_name(topic)
     if partitions < 1:
         raise ValueError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
     admin = _admin(config)  # keep the handle alive until the futures resolve
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout_s)
     for future in futures.values():
-        future.result(timeout=timeout_s)
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
+            found = partition_counts(config, [topic]).get(topic)
+            if found != partitions:
+                raise ValueError(f"topic {topic!r} exists with {found} partitions, not {partitions}") from None
 
 
 def partition_counts(

@@ -6,7 +6,7 @@ makes the project, `dg scaffold defs` writes the group's defs.yaml (checked as s
 defs.yaml and model replace it, `dg check defs` passes, the guide's sample orders are produced, `dg launch`
 runs a batch of the whole group (by job, then by assets), and `dg dev` (started here on a free port, the
 guide's command plus `--port`) serves the project's assets and per-group sensors. The sample orders are
-produced once more (`produce_sample.py` without its topic creation: the topic exists) and headless Chromium
+produced once more (`produce_sample.py` run again, as the guide says it can be) and headless Chromium
 clicks through the UI like a user: on the topic asset's page, Materialize, All partitions, Launch backfill;
 the backfill's one run, hosting every worker slot, lands the new records, and the sink then holds every
 produced record once per time it was produced. The screenshots are kept in artifacts/
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -56,7 +55,6 @@ COMMANDS = (
 )
 MARK = "COHORT_DG_GUIDE_TEST"
 """Marks the processes this test starts (dg dev's webserver, daemon and code server), to stop what is left."""
-CREATE_TOPIC = re.compile(r"^create_topic\(.*\)\n", re.MULTILINE)
 T = DagsterCohortTranslator()
 
 
@@ -82,13 +80,6 @@ def _landed(lake: Path) -> tuple[list[int], list[bytes]]:
     quarantine = ds.dataset(lake / "_quarantine", format="parquet", partitioning="hive").to_table().to_pylist()
     orders = cast("list[int]", sink.column("order_id").to_pylist())  # NOT NULL in the guide's value schema
     return sorted(orders), sorted(row["kafka"]["key"] for row in quarantine)
-
-
-def _without_topic_creation(script: str) -> str:
-    """produce_sample.py as a second run needs it: the topic exists, and creating it again is an error."""
-    script, count = CREATE_TOPIC.subn("", script)
-    assert count == 1, "produce_sample.py no longer creates its topic in one `create_topic(...)` line"
-    return script
 
 
 def _served(url: str) -> dict[str, Any] | None:
@@ -189,7 +180,9 @@ def _materialize_all_in_the_ui(
         return _batch_of(instance, runs[0], T.get_landed_asset_key(group, topic))
 
 
-@pytest.mark.timeout(2400)  # about 7 minutes on a quiet machine (the walkthrough, then the UI's batch)
+# About 260 s on a shared 2-core machine (the walkthrough about 140, dg dev and the UI's batch the rest); kept
+# under the 1800 s the suite's runner allows, so a hang reports where it stood.
+@pytest.mark.timeout(1500)
 def test_the_dg_walkthrough_lands_its_topic(tmp_path: Path) -> None:
     """On a broker of its own: the guide's `orders` topic is the Python walkthrough's too (tests/docs/test_user_guide.py
     runs it on the session's broker), and each expects to find only its own records there."""
@@ -236,9 +229,7 @@ def _walkthrough(broker: Any, tmp_path: Path) -> None:
     _run(blocks["dg: launch the assets"], project, env, timeout_s=900)
     assert _landed(lake) == (orders, quarantined)  # a second batch finds nothing new: nothing twice
 
-    # The same 20 records once more, for the batch the UI launches.
-    script = _without_topic_creation(blocks["produce_sample.py"])
-    (project / "produce_sample.py").write_text(script, encoding="utf-8")
+    # The same 20 records once more (the guide's script, run again as it says), for the batch the UI launches.
     assert "20 records produced" in _run(blocks["produce"], project, env, timeout_s=120)
 
     attributes = yaml.safe_load(blocks[DEFS_YAML])["attributes"]

@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
+from confluent_kafka import KafkaException
 
 from cohort.common.types import TopicPartition
-from cohort.devtools.topics import partition_counts
+from cohort.devtools.topics import create_topic, partition_counts
 from cohort.pipelines.kafka_client import watermarks
 from cohort.pipelines.reader import OffsetSpan, read_range, read_spans
 
@@ -28,6 +30,18 @@ def test_broker_round_trip(kafka_config, topic_factory, produce_records):
     values = [json.loads(v)["i"] for b in batches for v in b.column("value").to_pylist()]
     assert values == list(range(1, 20, 2))
     assert [k for b in batches for k in b.column("key").to_pylist()] == [f"k{i}".encode() for i in values]
+
+
+def test_a_sample_script_may_create_its_topic_again(kafka_config, topic_factory):
+    """`create_topic(..., exist_ok=True)` (the user guide's produce_sample.py) leaves an existing topic as it is,
+    and names the difference when the partition count is not the one asked for."""
+    topic = topic_factory(2)
+    create_topic(kafka_config, topic, 2, exist_ok=True)
+    assert partition_counts(kafka_config, [topic]) == {topic: 2}
+    with pytest.raises(ValueError, match=f"topic '{topic}' exists with 2 partitions, not 3"):
+        create_topic(kafka_config, topic, 3, exist_ok=True)
+    with pytest.raises(KafkaException):
+        create_topic(kafka_config, topic, 2)
 
 
 def test_spark_job_runs_python_worker(spark, kafka_config, topic_factory, produce_records):
