@@ -24,6 +24,7 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.sink",
     "cohort.pipelines.arrow_sink",
     "cohort.pipelines.transformed_sink",
+    "cohort.pipelines.arrow_transform",
     "cohort.pipelines.registry_decode",
     "cohort.pipelines.framing",
     "cohort.pipelines.registry",
