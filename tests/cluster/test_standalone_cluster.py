@@ -36,6 +36,8 @@ EXECUTOR_MODULES = {
     "cohort.pipelines.validate",
     "cohort.pipelines.checked",
     "cohort.pipelines.arrow_sink",
+    "cohort.pipelines.arrow_transform",
+    "cohort.pipelines.transformed_sink",
     "cohort.pipelines.sink",
 }
 """The modules of cohort.pipelines a reading task may import (docs/architecture.md, "What runs where")."""
