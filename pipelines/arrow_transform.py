@@ -18,13 +18,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ArrowTransform", "ArrowTransformError", "apply_arrow_transform"]
+from cohort.pipelines.decode import KAFKA_COLUMN
+
+__all__ = ["ArrowTransform", "ArrowTransformError", "apply_arrow_transform", "contract_problem"]
 
 ArrowTransform = Callable[[pa.Table], Any]
 """pyarrow Table -> pyarrow Table (a RecordBatch is accepted too)."""
@@ -32,6 +34,25 @@ ArrowTransform = Callable[[pa.Table], Any]
 
 class ArrowTransformError(ValueError):
     """The Arrow transform returned rows the sink cannot attribute to the partition and offsets they came from."""
+
+
+_PARTITION_COLUMNS = ("topic", "partition")
+"""The names the sink's directories use (`topic=<t>/partition=<p>`): no transform output column may take them."""
+
+
+def contract_problem(kind: str, columns: Collection[str], kafka_fields: Collection[str] | None) -> str | None:
+    """What a transform's output (`columns`; `kafka_fields`: its `kafka` column's struct fields, None when that
+    column is missing or no struct) breaks of the contract both kinds of transform keep, or None. `kind` names the
+    transform in the message ('transform', 'arrow_transform')."""
+    if kafka_fields is None or not {"topic", "partition", "offset"} <= set(kafka_fields):
+        return (
+            f"the {kind} must keep the '{KAFKA_COLUMN}' struct column (topic, partition, offset): the sink lays "
+            "records out by it and the batch counts them per offset range"
+        )
+    clashes = sorted(set(columns) & set(_PARTITION_COLUMNS))
+    if clashes:
+        return f"the {kind}'s output may not have columns {clashes}: the sink's directories use them"
+    return None
 
 
 def apply_arrow_transform(transform: ArrowTransform, rows: pa.Table, topic: str, partition: int) -> pa.Table:
@@ -42,18 +63,13 @@ def apply_arrow_transform(transform: ArrowTransform, rows: pa.Table, topic: str,
         result = pa.Table.from_batches([result])
     if not isinstance(result, pa.Table):
         raise ArrowTransformError(f"the arrow_transform returned {type(result).__name__}, not a pyarrow Table")
-    kafka = result.schema.field("kafka").type if "kafka" in result.column_names else None
-    if not isinstance(kafka, pa.StructType) or not {"topic", "partition", "offset"} <= {f.name for f in kafka}:
-        raise ArrowTransformError(
-            "the arrow_transform must keep the 'kafka' struct column (topic, partition, offset): the sink lays "
-            "records out by it and the batch counts them per offset range"
-        )
-    if "topic" in result.column_names or "partition" in result.column_names:
-        raise ArrowTransformError(
-            "the arrow_transform's output may not have columns 'topic' or 'partition': the sink's directories use them"
-        )
+    kafka = result.schema.field(KAFKA_COLUMN).type if KAFKA_COLUMN in result.column_names else None
+    fields = [f.name for f in kafka] if isinstance(kafka, pa.StructType) else None
+    problem = contract_problem("arrow_transform", result.column_names, fields)
+    if problem is not None:
+        raise ArrowTransformError(problem)
     if result.num_rows:
-        column = result.column("kafka")
+        column = result.column(KAFKA_COLUMN)
         topics, partitions = pc.struct_field(column, "topic"), pc.struct_field(column, "partition")
         same = pc.and_(pc.equal(topics, pa.scalar(topic)), pc.equal(partitions, pa.scalar(partition, pa.int32())))
         if not pc.all(pc.fill_null(same, False)).as_py():

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from cohort.pipelines.arrow_sink import ArrowStagedWriter
+from cohort.pipelines.arrow_transform import contract_problem
 from cohort.pipelines.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALUE_COLUMN, REASON_COLUMN, kafka_column
 from cohort.pipelines.reader import (
     READ_STATS_COLUMN,
@@ -37,8 +38,6 @@ from cohort.pipelines.spark import parallelism
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame", "with_partition_columns"]
-
-_PARTITION_COLUMNS = ("topic", "partition")
 
 
 class TransformError(ValueError):
@@ -172,16 +171,10 @@ def sink_frame(checked: DataFrame, spec: PipelineSpec, *, partition_columns: boo
         if not isinstance(valid, DataFrame):
             raise TransformError(f"the transform returned {type(valid).__name__}, not a Spark DataFrame")
         kafka_type = valid.schema[KAFKA_COLUMN].dataType if KAFKA_COLUMN in valid.columns else None
-        if not isinstance(kafka_type, StructType) or not {"topic", "partition", "offset"} <= set(kafka_type.names):
-            raise TransformError(
-                f"the transform must keep the '{KAFKA_COLUMN}' struct column (topic, partition, offset): the sink "
-                "lays records out by it and the batch counts them per offset range"
-            )
-        clashes = sorted(set(valid.columns) & set(_PARTITION_COLUMNS))
-        if clashes:
-            raise TransformError(
-                f"the transform's output may not have columns {clashes}: the sink's directories use them"
-            )
+        fields = kafka_type.names if isinstance(kafka_type, StructType) else None
+        problem = contract_problem("transform", valid.columns, fields)
+        if problem is not None:
+            raise TransformError(problem)
     return with_partition_columns(valid) if partition_columns else valid
 
 

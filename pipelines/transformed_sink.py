@@ -22,11 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cohort.pipelines.arrow_sink import ArrowCodec, SpanFile, arrow_compression
+from cohort.pipelines.decode import KAFKA_COLUMN
 from cohort.pipelines.sink import SinkLayout
 
 __all__ = ["WRITTEN_DDL", "TransformedWriter", "arrow_writable"]
-
-KAFKA = "kafka"
 
 WRITTEN_DDL = "directory string, rows long"
 """What each writing task yields per file it wrote (Spark's schema of `TransformedWriter.write`'s output)."""
@@ -115,7 +114,7 @@ def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, int], pa.R
     partitions interleave (a transform that shuffled) is sorted by them first."""
     if not batch.num_rows:
         return
-    kafka: Any = batch.column(KAFKA)
+    kafka: Any = batch.column(KAFKA_COLUMN)
     topics, partitions = pc.struct_field(kafka, "topic"), pc.struct_field(kafka, "partition")
     if topics.null_count or partitions.null_count:
         raise ValueError(

@@ -21,21 +21,12 @@ from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 from tests.pipeline.test_audit_cli import cohort_audit
 from tests.pipeline.test_table_sinks import spec_for
+from tests.pipeline.test_transform_shapes import MALFORMED, _offsets, _values
 from tests.support.tables import table_offsets
-
-MALFORMED = {4, 13}
-
-
-def _values() -> list[bytes]:
-    return [b"{not json" if i in MALFORMED else order(i) for i in range(20)]
 
 
 def _sink(root: Path) -> pa.Table:
     return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
-
-
-def _offsets(table: pa.Table) -> Counter[int]:
-    return Counter(k["offset"] for k in table.column("kafka").to_pylist())
 
 
 def cents_and_lower(rows: pa.Table) -> pa.Table:
@@ -81,7 +72,7 @@ def test_an_arrow_transform_that_flattens_and_filters_is_counted_and_replays_exa
     run_batch(spark, spec, kafka_config, [tp], ledger, run_id="first")
     run_batch(spark, spec, kafka_config, [tp], ledger, run_id="second")
     rows = {i: (i + 1) % 3 for i in range(20) if i not in MALFORMED and (i + 1) % 3}
-    assert _offsets(_sink(lake)) == Counter(rows)
+    assert _offsets(lake) == Counter(rows)
     first, second = coordinator.ledger_history(group, topic, 0)
     for entry, (lo, hi) in ((first, (0, 10)), (second, (10, 20))):
         kept = {i: n for i, n in rows.items() if lo <= i < hi}
@@ -91,7 +82,7 @@ def test_an_arrow_transform_that_flattens_and_filters_is_counted_and_replays_exa
     coordinator.reset_offsets(group, {tp: 5}, actor="test", reason="replay")
     (again,) = run_batch(spark, spec, kafka_config, [tp], ledger, run_id="replay").partitions
     assert (again.from_offset, again.until_offset, again.replay_changed) == (5, 15, False)
-    assert _offsets(_sink(lake)) == Counter(rows)
+    assert _offsets(lake) == Counter(rows)
     code, report, _ = cohort_audit(group, "--store-url", sqlite_url, "--sink", str(lake))
     assert (code, report["ok"]) == (0, True), report
 
