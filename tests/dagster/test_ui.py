@@ -31,6 +31,7 @@ from tests.dagster.ui_support import (
     check_executions,
     check_passed,
     failed_ticks,
+    launch_backfill_of_all,
     metadata_value,
     poll,
     sensor_ticks,
@@ -86,13 +87,7 @@ def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_confi
         page.goto(url + _path(TOPIC_ASSET))
         page.wait_for_text("Automation details", timeout_s=90)
         skip_community_dialog(page)
-        page.click("Materialize…")
-        page.wait_for_text("Launch runs to materialize")
-        page.click("All")
-        page.wait_for_text(f"{partitions} partitions")
-        page.wait_for_text("in a single run")  # the group's assets' backfill policy
-        shots.take(page, "materialize-dialog")
-        page.click("Launch backfill", selector="button")
+        launch_backfill_of_all(page, shots, partitions, "materialize-dialog")
         backfill = poll(instance.get_backfills, timeout_s=30, what="the backfill Materialize launched")
         assert len(backfill) == 1, backfill
 

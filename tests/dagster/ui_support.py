@@ -45,6 +45,18 @@ def skip_community_dialog(page: Page, timeout_s: float = 30.0) -> None:
     page.wait_until(lambda text: COMMUNITY_DIALOG not in text, "the community dialog to close")
 
 
+def launch_backfill_of_all(page: Page, shots: Screenshots, partitions: int, shot: str) -> None:
+    """On a Cohort topic asset's page: Materialize…, All (`partitions` keys, in a single run: the group's assets'
+    backfill policy), a screenshot of the dialog named `shot`, then Launch backfill."""
+    page.click("Materialize…")
+    page.wait_for_text("Launch runs to materialize")
+    page.click("All")
+    page.wait_for_text(f"{partitions} partitions")
+    page.wait_for_text("in a single run")  # the group's assets' backfill policy
+    shots.take(page, shot)
+    page.click("Launch backfill", selector="button")
+
+
 def run_failure_messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     """The messages of a run's failure events (step and run), to print when it did not succeed."""
     failures = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}

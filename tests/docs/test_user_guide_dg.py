@@ -38,7 +38,13 @@ from cohort.devtools.embedded_broker import EmbeddedBroker, free_port
 from cohort.devtools.topics import partition_counts
 from tests.dagster.browser import chromium_binary, headless_chromium
 from tests.dagster.dg_support import activated, install_cohort
-from tests.dagster.ui_support import Screenshots, metadata_value, skip_community_dialog, wait_for_success
+from tests.dagster.ui_support import (
+    Screenshots,
+    launch_backfill_of_all,
+    metadata_value,
+    skip_community_dialog,
+    wait_for_success,
+)
 from tests.support.doc_blocks import titled_blocks
 from tests.support.polling import poll
 from tests.support.processes import kill, marked
@@ -159,13 +165,7 @@ def _materialize_all_in_the_ui(
         page.goto(url + "/assets/" + "/".join(T.get_asset_key(group, topic).path))
         page.wait_for_text("Automation details", timeout_s=90)
         skip_community_dialog(page)
-        page.click("Materialize…")
-        page.wait_for_text("Launch runs to materialize")
-        page.click("All")
-        page.wait_for_text(f"{partitions} partitions")
-        page.wait_for_text("in a single run")  # the group's assets' backfill policy
-        shots.take(page, "dg-materialize-dialog")
-        page.click("Launch backfill", selector="button")
+        launch_backfill_of_all(page, shots, partitions, "dg-materialize-dialog")
         backfills = poll(instance.get_backfills, timeout_s=30, what="the backfill Materialize launched")
         assert len(backfills) == 1, backfills
         runs = wait_for_success(
