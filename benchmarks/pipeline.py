@@ -2,9 +2,9 @@
 
 On the embedded Tansu broker: produce N JSON records over 8 partitions (batched), read them all with a
 single plain consumer (the raw rate), start Spark (timed separately), then run one `run_batch` over the
-8 partitions: read (mapInArrow + confluent-kafka), decode (msgspec) and validate (the pandera model as Arrow
-kernels) in the reading tasks, write Parquet (pyarrow, from the same tasks), check counts, commit to the
-ledger (SQLite coordinator) and mirror to Kafka.
+8 partitions: read (mapInArrow + librdkafka driven from C, cohort.pipelines.native_reader), decode (msgspec)
+and validate (the pandera model as Arrow kernels) in the reading tasks, write Parquet (pyarrow, from the same
+tasks), check counts, commit to the ledger (SQLite coordinator) and mirror to Kafka.
 One record in 1,000 is malformed, so the quarantine path runs too. The headline pipeline figure is the
 JVM's first batch (JIT warm-up included); the same batch is then run again (fresh group and sink) to
 show the warm-JVM rate.
@@ -20,7 +20,9 @@ with the one setting the pipeline's readers change (fetch.queue.backoff.ms) and 
 over the pipeline's. Both ratios and `cpu_s_per_1m` (CPU seconds of the whole process tree: driver, JVM,
 Python workers, per 1M records) are of the JVM's first batch. Both raw consumers touch every value.
 `warm_cpu_s_per_1m` is the second batch's, and `stage_cpu_s_per_1m` breaks it down (benchmarks/stages.py: read,
-decode, check, write and digest redone one by one in this process over the same records, and the batch's commit).
+decode, check, write and digest redone one by one in this process over the same records, and the batch's commit);
+`read_python_cpu_s_per_1m` is the same read through confluent-kafka's Python consumer (the peer of the C read), and
+`reference_loop_cpu_s` a fixed pure-Python loop's CPU seconds, to compare runs taken on different days.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pyspark.sql.types as T
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from benchmarks.stages import stage_cpu
+from benchmarks.stages import PEERS, reference_cpu, stage_cpu
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
@@ -224,8 +226,10 @@ def main() -> None:
         f"({os.cpu_count()} cores)"
     )
     per_1m = 1_000_000 / count
+    peers = {name: by_stage.pop(name) for name in PEERS}
     by_stage["commit"] = warm_result.stage_seconds.get("commit", 0.0)  # the ledger's transaction: CPU ~ wall
     accounted = sum(by_stage.values())
+    reference = reference_cpu()
     print("CPU by stage, per 1M records (the tasks' stages redone one by one in one process; commit: the batch's):")
     for stage, seconds in by_stage.items():
         print(f"  {stage:<21} {seconds * per_1m:>8.2f} CPU s")
@@ -234,6 +238,11 @@ def main() -> None:
         f"  {'the rest (Spark)':<21} {(warm_cpu - accounted) * per_1m:>8.2f} CPU s  "
         f"(the warm batch's {warm_cpu * per_1m:.2f} less the sum: scheduling, Python workers, the driver's plan)"
     )
+    print(
+        f"  {'peer: read (Python)':<21} {peers['read_python'] * per_1m:>8.2f} CPU s  "
+        f"(confluent-kafka's Python consumer; the C one: {by_stage['read'] * per_1m:.2f})"
+    )
+    print(f"machine reference       {reference:>12.2f} CPU s  (a pure-Python loop of 10M additions, best of 3)")
     summary = {
         "records": count,
         "raw_rate": round(raw_rate),
@@ -245,6 +254,8 @@ def main() -> None:
         "spark_startup_s": round(startup_s, 2),
         "warm_cpu_s_per_1m": round(warm_cpu * per_1m, 2),
         "stage_cpu_s_per_1m": {stage: round(seconds * per_1m, 2) for stage, seconds in by_stage.items()},
+        "read_python_cpu_s_per_1m": round(peers["read_python"] * per_1m, 2),
+        "reference_loop_cpu_s": round(reference, 3),
     }
     print(json.dumps(summary))
 

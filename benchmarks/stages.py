@@ -5,7 +5,8 @@ figure. `stage_cpu` runs the same work in this process over the same records, on
 batch's own functions (cohort.pipelines.reader.read_range, the spec's RecordChecker, ArrowStagedWriter,
 cohort.pipelines.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
 
-- `read`: confluent-kafka `consume()` and the raw Arrow batches (cohort.pipelines.reader);
+- `read`: the raw Arrow batches as the tasks read them (cohort.pipelines.reader: the consumer in C where it was
+  built); `read_python` is the same read through confluent-kafka's Python consumer, the peer (not in the sum);
 - `decode`: the value decoder (msgspec for JSON) over every batch;
 - `check`: the model's checks and assembling the checked batch (RecordChecker.check less its decode);
 - `write`: both outputs' Parquet files (ArrowStagedWriter.write_span);
@@ -26,16 +27,18 @@ import pyarrow.fs as pafs
 
 from cohort.pipelines.arrow_sink import ArrowStagedWriter
 from cohort.pipelines.digest import digest, read_dirs
-from cohort.pipelines.reader import OffsetSpan, read_range
+from cohort.pipelines.reader import OffsetSpan, open_consumer, read_range
 from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 
 STAGES = ("read", "decode", "check", "write", "digest")
+PEERS = ("read_python",)
+"""Figures printed beside the stages, not part of their sum."""
 
 
 def stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan]) -> dict[str, float]:
-    """CPU seconds of each of STAGES over `spans`, run one after the other in this process, with Python's cyclic
-    garbage collector paused as the reading tasks pause it (cohort.pipelines.reader)."""
+    """CPU seconds of each of STAGES (and PEERS) over `spans`, run one after the other in this process, with Python's
+    cyclic garbage collector paused as the reading tasks pause it (cohort.pipelines.reader)."""
     gc.collect()
     gc.disable()
     try:
@@ -52,6 +55,13 @@ def _stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Seque
     started = time.process_time()
     raw = {span: list(read_range(config, span, batch_size=spec.consume_batch_size)) for span in spans}
     cpu["read"] = time.process_time() - started
+
+    started = time.process_time()
+    for span in spans:
+        consumer = open_consumer(config, span, native=False)
+        for _batch in read_range(config, span, batch_size=spec.consume_batch_size, consumer=consumer):
+            pass
+    cpu["read_python"] = time.process_time() - started
 
     started = time.process_time()
     for batches in raw.values():
@@ -81,3 +91,16 @@ def _stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Seque
             digest(staged[0], staged[1], span.from_offset, span.until_offset)
         cpu["digest"] = time.process_time() - started
     return cpu
+
+
+def reference_cpu() -> float:
+    """CPU seconds of a fixed pure-Python loop (10M additions, best of 3): how fast this machine runs Python today,
+    to compare figures taken on different days of a shared machine."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.process_time() - started)
+    return best

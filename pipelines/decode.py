@@ -23,19 +23,22 @@ decoded fields account for, and only the others are looked at again.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property
-from operator import attrgetter
+from itertools import compress, islice
 from typing import Annotated, Any, Literal, cast
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec.structs import astuple
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -533,8 +536,8 @@ class ValueDecoder:
         if self.value_format in RAW_FORMATS:
             return [values.cast(pa.binary())], reasons
         bad_text = invalid_utf8(values)
-        for i in range(n):
-            if bad_text[i]:
+        if any(bad_text):
+            for i in compress(range(n), bad_text):
                 reasons[i] = "value is not valid UTF-8"
         if self.value_format == "utf8":
             safe = pc.if_else(pa.array(bad_text, pa.bool_()), pa.scalar(None, pa.binary()), values)
@@ -552,27 +555,25 @@ class ValueDecoder:
         decoder = _json_decoder(schema_json, "aware" if aware else "any")
         decode = decoder.decode
         empty = decoder.type()  # every field None: stands in for records that failed
-        decoded: list[Any] = [empty] * len(raw)
-        for i, value in enumerate(raw):
-            if reasons[i] is not None:
-                continue
-            if value is None:
-                reasons[i] = "null value (tombstone): nothing to decode as JSON"
-                continue
-            try:
-                decoded[i] = decode(value)
-            except msgspec.ValidationError as exc:
-                decoded[i], reasons[i] = self._mismatch(value, str(exc), empty)
-            except msgspec.DecodeError as exc:
-                blank = not value.strip()
-                reasons[i] = f"value is not valid JSON: {'it is empty or blank' if blank else exc}"
-            except RecursionError:
-                reasons[i] = "value is not valid JSON for this schema: it is nested too deeply to decode"
+        # Decoded by `map` in C, one Python call per batch, not per record: a record that fails stops it, is
+        # judged on its own (`_decode_one`), and the map resumes after it (list.extend keeps what came before).
+        refused_before = [i for i, reason in enumerate(reasons) if reason is not None] if any(reasons) else []
+        decoded: list[Any] = []
+        while len(decoded) < len(raw):
+            done = len(decoded)
+            with contextlib.suppress(msgspec.MsgspecError, RecursionError, TypeError, UnicodeDecodeError):
+                decoded.extend(map(decode, islice(raw, done, None) if done else raw))
+            if len(decoded) < len(raw):
+                failed = len(decoded)
+                decoded.append(self._decode_one(decode, raw[failed], failed, reasons, empty))
+        for i in refused_before:  # text that is not UTF-8: no value, whatever msgspec made of it
+            decoded[i] = empty
         zone = _zone(self.naive_timestamps)
+        fields = self.columns.fields
+        by_field = list(zip(*map(astuple, decoded), strict=True)) if decoded else [()] * len(fields)
         columns = []
-        for k, field in enumerate(self.columns.fields):
-            get = attrgetter(f"f{k}")
-            column, refused = _column(list(map(get, decoded)), field.dataType, self.arrow_schema.field(k).type, zone)
+        for k, field in enumerate(fields):
+            column, refused = _column(list(by_field[k]), field.dataType, self.arrow_schema.field(k).type, zone)
             for i, problem in refused.items():
                 reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
             columns.append(column)
@@ -583,6 +584,29 @@ class ValueDecoder:
                     if reasons[i] is None:
                         reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
         return columns
+
+    def _decode_one(
+        self, decode: Callable[[bytes], Any], value: bytes | None, i: int, reasons: list[str | None], empty: Any
+    ) -> Any:
+        """Record `i` decoded, or `empty` with its reason set (a reason set before stays)."""
+        if reasons[i] is not None:
+            return empty
+        if value is None:
+            reasons[i] = "null value (tombstone): nothing to decode as JSON"
+            return empty
+        try:
+            return decode(value)
+        except msgspec.ValidationError as exc:
+            decoded, reasons[i] = self._mismatch(value, str(exc), empty)
+            return decoded
+        except msgspec.DecodeError as exc:
+            blank = not value.strip()
+            reasons[i] = f"value is not valid JSON: {'it is empty or blank' if blank else exc}"
+        except RecursionError:
+            reasons[i] = "value is not valid JSON for this schema: it is nested too deeply to decode"
+        except UnicodeDecodeError:
+            reasons[i] = "value is not valid UTF-8"
+        return empty
 
     def _mismatch(self, value: bytes, message: str, empty: Any, *, dates: bool = True) -> tuple[Any, str | None]:
         """(decoded value, reason) for a value msgspec parsed but refused for the schema."""

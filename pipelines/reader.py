@@ -20,18 +20,19 @@ from __future__ import annotations
 import gc
 import heapq
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
 from cohort.common.names import validate_topic_name
+from cohort.pipelines.native_reader import open_native
+from cohort.pipelines.records import HEADER_TYPE, RECORD_SCHEMA, UNREADABLE_HEADERS, ConsumeError
 
 __all__ = [
     "READ_STATS_COLUMN",
@@ -50,24 +51,6 @@ __all__ = [
     "record_spark_schema",
     "validate_partition",
 ]
-
-_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-
-# Annotated: the fields' types differ, and mypy would infer list[object] for the list literal.
-_RECORD_FIELDS: list[pa.Field[Any]] = [
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("timestamp", pa.int64()),  # milliseconds since the epoch, as Kafka carries it; null if absent
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("headers", _HEADER_TYPE),
-    pa.field("error", pa.string()),  # why the record could not be read in full; null when it was
-]
-RECORD_SCHEMA = pa.schema(_RECORD_FIELDS)
-"""The Arrow schema of raw records, one row per Kafka message. A record with an `error` is quarantined."""
-
-UNREADABLE_HEADERS = "record headers cannot be read: a header key that is not valid UTF-8 (headers not kept)"
 
 _second = itemgetter(1)
 
@@ -133,10 +116,10 @@ def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
     headers, errors = _headers(messages)
     if any(headers):
         header_array = pa.array(
-            [[{"key": k, "value": v} for k, v in h] if h else None for h in headers], type=_HEADER_TYPE
+            [[{"key": k, "value": v} for k, v in h] if h else None for h in headers], type=HEADER_TYPE
         )
     else:
-        header_array = pa.nulls(n, type=_HEADER_TYPE)
+        header_array = pa.nulls(n, type=HEADER_TYPE)
     columns = [
         pa.repeat(pa.scalar(span.topic, pa.string()), n),
         pa.repeat(pa.scalar(span.partition, pa.int32()), n),
@@ -174,19 +157,74 @@ def _headers(messages: list[Any]) -> tuple[list[Any], list[str | None] | None]:
     return headers, errors
 
 
-def open_consumer(config: Mapping[str, Any], span: OffsetSpan) -> Any:
-    """A confluent-kafka consumer assigned at the start of `span`: librdkafka connects and starts fetching in
-    its own threads right away, so a task can open the next span's consumer while it works on the current one."""
+class SpanConsumer(Protocol):
+    """A consumer assigned at the start of one span: confluent-kafka's (`PythonConsumer`) or the C one
+    (cohort.pipelines.native_reader.NativeConsumer), which return the same batches."""
+
+    def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
+        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages."""
+        ...
+
+    def close(self) -> None:
+        """Leave and free the consumer."""
+        ...
+
+
+class PythonConsumer:
+    """confluent-kafka's consumer, its messages turned into RECORD_SCHEMA batches column by column."""
+
+    def __init__(self, consumer: Any, span: OffsetSpan) -> None:
+        self._consumer = consumer
+        self._span = span
+
+    def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
+        from confluent_kafka import KafkaException, Message
+
+        try:
+            messages = self._consumer.consume(max_messages, timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            return None, [ConsumeError(-1, error.code(), str(exc), fatal=error.fatal())]
+        errors: list[ConsumeError] = []
+        if any(map(Message.error, messages)):
+            good = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    good.append(message)
+                else:
+                    offset = message.offset()
+                    errors.append(
+                        ConsumeError(-1 if offset is None else offset, error.code(), error.str(), error.fatal())
+                    )
+            messages = good
+        return (_to_batch(self._span, messages) if messages else None), errors
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def open_consumer(config: Mapping[str, Any], span: OffsetSpan, *, native: bool = True) -> SpanConsumer:
+    """A consumer assigned at the start of `span`: librdkafka connects and starts fetching in its own threads
+    right away, so a task can open the next span's consumer while it works on the current one.
+
+    The C consumer (cohort.pipelines.native_reader) when `native` and it is available here, else confluent-kafka's.
+    """
+    settings = {"group.id": f"cohort-reader-{span.topic}", **READER_DEFAULTS, **config}
+    if native:
+        opened = open_native(settings, span.topic, span.partition, span.from_offset)
+        if opened is not None:
+            return opened
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    consumer = Consumer({"group.id": f"cohort-reader-{span.topic}", **READER_DEFAULTS, **config})
+    consumer = Consumer(settings)
     try:
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.from_offset)])
     except BaseException:
         consumer.close()
         raise
-    return consumer
+    return PythonConsumer(consumer, span)
 
 
 def read_range(
@@ -197,7 +235,7 @@ def read_range(
     poll_timeout_s: float = 1.0,
     read_timeout_s: float = 30.0,
     max_retries: int = 5,
-    consumer: Any = None,
+    consumer: SpanConsumer | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of `span` as Arrow batches of at most `batch_size` rows, in offset order.
 
@@ -210,8 +248,6 @@ def read_range(
     errors persist past `max_retries` consecutive attempts (with exponential backoff), or at once on a
     fatal error such as an offset that retention has deleted.
     """
-    from confluent_kafka import KafkaException
-
     if span.from_offset >= span.until_offset:
         if consumer is not None:
             consumer.close()
@@ -223,26 +259,21 @@ def read_range(
         last_progress = time.monotonic()
         retries = 0
         while next_offset < span.until_offset:
-            try:
-                messages = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
-                good, transient, past_end = _triage(messages, span, next_offset)
-            except KafkaException as exc:
-                good, transient, past_end = [], exc.args[0], False
-                if exc.args[0].fatal():
-                    raise ReadError(f"reading {where} at offset {next_offset}: {exc}") from exc
-            if transient is not None and not good:
+            batch, errors = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
+            good, transient, past_end = _triage(batch, errors, span, next_offset)
+            if transient is not None and good is None:
                 retries += 1
                 if retries > max_retries:
                     raise ReadError(f"reading {where} at offset {next_offset}: {transient} ({max_retries} retries)")
                 time.sleep(min(0.05 * 2**retries, 2.0))
-            if good:
+            if good is not None:
                 retries = 0
                 last_progress = time.monotonic()
-                next_offset = good[-1].offset() + 1
-                yield _to_batch(span, good)
+                next_offset = cast(int, good.column("offset")[-1].as_py()) + 1
+                yield good
             if past_end:
                 return  # a message or end-of-partition at or past `until`: the rest of the span is holes
-            if not good and time.monotonic() - last_progress > read_timeout_s:
+            if good is None and time.monotonic() - last_progress > read_timeout_s:
                 raise ReadError(
                     f"no data from {where} at offset {next_offset} (reading until {span.until_offset}) for "
                     f"{read_timeout_s:.0f} s: the broker is unreachable or the partition's log shrank"
@@ -251,34 +282,34 @@ def read_range(
         consumer.close()
 
 
-def _triage(messages: list[Any], span: OffsetSpan, next_offset: int) -> tuple[list[Any], Any, bool]:
-    """Split a consume() result into (records inside the span, a transient error or None, whether the
-    span is proven complete); raise ReadError for errors that retrying cannot fix."""
-    from confluent_kafka import KafkaError, Message
+_PARTITION_EOF = -191  # librdkafka's RD_KAFKA_RESP_ERR__PARTITION_EOF
+_GONE = (1, -140)  # OFFSET_OUT_OF_RANGE, RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
 
-    good, transient, past_end = messages, None, False
-    if any(map(Message.error, messages)):
-        good = []
-        for message in messages:
-            error = message.error()
-            if error is None:
-                good.append(message)
-            elif error.code() == KafkaError._PARTITION_EOF:
-                past_end = past_end or message.offset() >= span.until_offset
-            elif error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                raise ReadError(
-                    f"{span.topic}-{span.partition}: offset {next_offset} is out of range: the records of "
-                    f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"
-                )
-            elif error.fatal():
-                raise ReadError(f"reading {span.topic}-{span.partition} at offset {next_offset}: {error.str()}")
-            else:
-                transient = error
-    if good and good[-1].offset() >= span.until_offset:
-        offsets = cast("list[int]", list(map(Message.offset, good)))  # a message without an error has an offset
-        good = good[: bisect_left(offsets, span.until_offset)]
+
+def _triage(
+    batch: pa.RecordBatch | None, errors: list[ConsumeError], span: OffsetSpan, next_offset: int
+) -> tuple[pa.RecordBatch | None, str | None, bool]:
+    """Split a consume result into (records inside the span or None, a transient error or None, whether the
+    span is proven complete); raise ReadError for errors that retrying cannot fix."""
+    transient, past_end = None, False
+    for error in errors:
+        if error.code == _PARTITION_EOF:
+            past_end = past_end or error.offset >= span.until_offset
+        elif error.code in _GONE:
+            raise ReadError(
+                f"{span.topic}-{span.partition}: offset {next_offset} is out of range: the records of "
+                f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"
+            )
+        elif error.fatal:
+            raise ReadError(f"reading {span.topic}-{span.partition} at offset {next_offset}: {error.reason}")
+        else:
+            transient = error.reason
+    if batch is not None and cast(int, batch.column("offset")[-1].as_py()) >= span.until_offset:
+        offsets = batch.column("offset").to_numpy()
+        inside = int(offsets.searchsorted(span.until_offset))
+        batch = batch.slice(0, inside) if inside else None
         past_end = True
-    return good, transient, past_end
+    return batch, transient, past_end
 
 
 ReadStats = dict[tuple[str, int], tuple[int, int, float]]

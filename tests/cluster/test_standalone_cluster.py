@@ -32,6 +32,9 @@ PER_TASK = 100  # 20 spans, dealt to one reading task per core of the two one-co
 
 EXECUTOR_MODULES = {
     "cohort.pipelines.reader",
+    "cohort.pipelines.records",
+    "cohort.pipelines.native_reader",
+    "cohort.pipelines._kafka_arrow",
     "cohort.pipelines.decode",
     "cohort.pipelines.validate",
     "cohort.pipelines.checked",

@@ -18,6 +18,9 @@ from tests.packaging.support import DEV_PYTHON, clean_env, run
 EXECUTOR_MODULES = (
     "cohort.common",
     "cohort.pipelines.reader",
+    "cohort.pipelines.records",
+    "cohort.pipelines.native_reader",
+    "cohort.pipelines._kafka_arrow",
     "cohort.pipelines.decode",
     "cohort.pipelines.checked",
     "cohort.pipelines.validate",

@@ -86,9 +86,18 @@ def test_no_module_folder_lacks_an_init() -> None:
     assert not orphans, f"folders of modules without __init__.py (not packaged): {orphans}"
 
 
+def _extensions() -> tuple[set[Path], set[str]]:
+    """(the C sources of pyproject's ext-modules, the file-name prefixes of the extensions built from them)."""
+    modules = _pyproject()["tool"]["setuptools"].get("ext-modules", [])
+    sources = {REPO / source for module in modules for source in module["sources"]}
+    return sources, {module["name"].rsplit(".", 1)[-1] + "." for module in modules}
+
+
 def test_every_data_file_in_a_package_folder_ships() -> None:
-    """Files other than modules in a package folder must match the package's package-data globs."""
+    """Files other than modules in a package folder must match the package's package-data globs (an extension's
+    C source and the library built from it ship through ext-modules)."""
     _, _, package_data = _setuptools()
+    sources, built = _extensions()
     unshipped = []
     for package, folder in _mapped().items():
         patterns = [*package_data.get(package, []), *package_data.get("*", [])]
@@ -96,6 +105,8 @@ def test_every_data_file_in_a_package_folder_ships() -> None:
             if (
                 path.is_file()
                 and path.suffix not in {".py", ".pyc"}
+                and path not in sources
+                and not (path.suffix == ".so" and path.name.startswith(tuple(built)))
                 and not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)
             ):
                 unshipped.append(f"{path.relative_to(REPO)} (package {package})")
