@@ -553,7 +553,7 @@ class ValueDecoder:
         schema_json = self.columns.json()
         aware = self.naive_timestamps == "quarantine"
         decoder = _json_decoder(schema_json, "aware" if aware else "any")
-        decode = decoder.decode
+        decode: Callable[[Any], Any] = decoder.decode  # a tombstone's None raises TypeError, judged below
         empty = decoder.type()  # every field None: stands in for records that failed
         # Decoded by `map` in C, one Python call per batch, not per record: a record that fails stops it, is
         # judged on its own (`_decode_one`), and the map resumes after it (list.extend keeps what came before).
