@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cohort.pipelines.records import HEADER_TYPE, RECORD_SCHEMA, UNREADABLE_HEADERS, ConsumeError
+from cohort.pipelines.records import FATAL, UNREADABLE_HEADERS, ConsumeError, Headers, header_column, raw_batch
 
 __all__ = ["NativeConsumer", "librdkafka_settings", "native_available", "open_native", "record_batch"]
 
@@ -56,9 +56,9 @@ def _loaded_librdkafka() -> str | None:
     except OSError:
         return None
     for line in maps.splitlines():
-        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        if Path(path).name.startswith("librdkafka"):
-            return path
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode[, path]
+        if len(fields) == 6 and Path(fields[5]).name.startswith("librdkafka"):
+            return fields[5]
     return None
 
 
@@ -98,7 +98,7 @@ class NativeConsumer:
         except RuntimeError as exc:
             return None, [ConsumeError(-1, -1, str(exc))]
         n, offsets, stamps, keys, values, headers, errors = result
-        failed = [ConsumeError(offset, code, reason, fatal=code == _FATAL) for offset, code, reason in errors]
+        failed = [ConsumeError(offset, code, reason, fatal=code == FATAL) for offset, code, reason in errors]
         if not n:
             return None, failed
         return record_batch(self._topic, self._partition, n, offsets, stamps, keys, values, headers), failed
@@ -106,9 +106,6 @@ class NativeConsumer:
     def close(self) -> None:
         """Leave and free the consumer (idempotent)."""
         self._consumer.close()
-
-
-_FATAL = -150  # librdkafka's RD_KAFKA_RESP_ERR__FATAL
 
 
 def open_native(config: Mapping[str, Any], topic: str, partition: int, offset: int) -> NativeConsumer | None:
@@ -138,19 +135,19 @@ def _binary(column: tuple[bytes, int, bytes, bytes], n: int) -> pa.Array:
     return large.cast(pa.binary())
 
 
-def _headers(n: int, found: list[tuple[int, list[tuple[bytes, bytes | None]]]]) -> tuple[pa.Array, pa.Array]:
-    """The headers column and the error column: a header key that is not UTF-8 loses the record's headers and
-    marks it (it is quarantined), as confluent-kafka's consumer cannot read it either."""
+def _headers(n: int, found: list[tuple[int, list[tuple[bytes, bytes | None]]]]) -> tuple[pa.Array, pa.Array | None]:
+    """The headers column and the error column (None: no error): a header key that is not UTF-8 loses the
+    record's headers and marks it (it is quarantined), as confluent-kafka's consumer cannot read it either."""
     if not found:
-        return pa.nulls(n, type=HEADER_TYPE), pa.nulls(n, type=pa.string())
-    rows: list[list[dict[str, Any]] | None] = [None] * n
+        return header_column([], n), None
+    per_record: list[Headers | None] = [None] * n
     errors: list[str | None] = [None] * n
     for row, pairs in found:
         try:
-            rows[row] = [{"key": key.decode(), "value": value} for key, value in pairs]
+            per_record[row] = [(key.decode(), value) for key, value in pairs]
         except UnicodeDecodeError:
             errors[row] = UNREADABLE_HEADERS
-    return pa.array(rows, type=HEADER_TYPE), pa.array(errors, type=pa.string())
+    return header_column(per_record, n), pa.array(errors, type=pa.string())
 
 
 def record_batch(
@@ -165,10 +162,10 @@ def record_batch(
 ) -> pa.RecordBatch:
     """One batch of raw records (cohort.pipelines.reader.RECORD_SCHEMA) from the C consumer's buffers."""
     stamp_valid, stamp_nulls, stamp_data = stamps
-    header_column, error_column = _headers(n, headers)
-    columns: list[pa.Array[Any]] = [
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+    header_array, error_array = _headers(n, headers)
+    return raw_batch(
+        topic,
+        partition,
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)], null_count=0),
         pa.Array.from_buffers(
             pa.int64(),
@@ -178,7 +175,6 @@ def record_batch(
         ),
         _binary(keys, n),
         _binary(values, n),
-        header_column,
-        error_column,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+        header_array,
+        error_array,
+    )

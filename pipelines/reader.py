@@ -32,7 +32,15 @@ from pyspark.accumulators import AccumulatorParam
 
 from cohort.common.names import validate_topic_name
 from cohort.pipelines.native_reader import open_native
-from cohort.pipelines.records import HEADER_TYPE, RECORD_SCHEMA, UNREADABLE_HEADERS, ConsumeError
+from cohort.pipelines.records import (
+    GONE,
+    PARTITION_EOF,
+    RECORD_SCHEMA,
+    UNREADABLE_HEADERS,
+    ConsumeError,
+    header_column,
+    raw_batch,
+)
 
 __all__ = [
     "READ_STATS_COLUMN",
@@ -111,27 +119,19 @@ def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
     frame per message)."""
     from confluent_kafka import Message
 
-    n = len(messages)
     timestamps = pa.array(list(map(_second, map(Message.timestamp, messages))), type=pa.int64())
     headers, errors = _headers(messages)
-    if any(headers):
-        header_array = pa.array(
-            [[{"key": k, "value": v} for k, v in h] if h else None for h in headers], type=HEADER_TYPE
-        )
-    else:
-        header_array = pa.nulls(n, type=HEADER_TYPE)
-    columns = [
-        pa.repeat(pa.scalar(span.topic, pa.string()), n),
-        pa.repeat(pa.scalar(span.partition, pa.int32()), n),
+    return raw_batch(
+        span.topic,
+        span.partition,
         pa.array(list(map(Message.offset, messages)), type=pa.int64()),
         # -1: no timestamp. (pyarrow-stubs type compute functions' operands as Arrow scalars, not Python ones.)
         pc.if_else(pc.less(timestamps, 0), pa.scalar(None, pa.int64()), timestamps),  # type: ignore[call-overload]
         pa.array(list(map(Message.key, messages)), type=pa.binary()),
         pa.array(list(map(Message.value, messages)), type=pa.binary()),
-        header_array,
-        pa.nulls(n, type=pa.string()) if errors is None else pa.array(errors, type=pa.string()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+        header_column(headers, len(messages)),
+        None if errors is None else pa.array(errors, type=pa.string()),
+    )
 
 
 def _headers(messages: list[Any]) -> tuple[list[Any], list[str | None] | None]:
@@ -282,10 +282,6 @@ def read_range(
         consumer.close()
 
 
-_PARTITION_EOF = -191  # librdkafka's RD_KAFKA_RESP_ERR__PARTITION_EOF
-_GONE = (1, -140)  # OFFSET_OUT_OF_RANGE, RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
-
-
 def _triage(
     batch: pa.RecordBatch | None, errors: list[ConsumeError], span: OffsetSpan, next_offset: int
 ) -> tuple[pa.RecordBatch | None, str | None, bool]:
@@ -293,9 +289,9 @@ def _triage(
     span is proven complete); raise ReadError for errors that retrying cannot fix."""
     transient, past_end = None, False
     for error in errors:
-        if error.code == _PARTITION_EOF:
+        if error.code == PARTITION_EOF:
             past_end = past_end or error.offset >= span.until_offset
-        elif error.code in _GONE:
+        elif error.code in GONE:
             raise ReadError(
                 f"{span.topic}-{span.partition}: offset {next_offset} is out of range: the records of "
                 f"[{next_offset}, {span.until_offset}) are no longer in Kafka (retention?)"

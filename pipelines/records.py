@@ -3,12 +3,23 @@ instead of records. Shared by the Python and the C consumers (cohort.pipelines.r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["HEADER_TYPE", "RECORD_SCHEMA", "UNREADABLE_HEADERS", "ConsumeError"]
+__all__ = [
+    "FATAL",
+    "GONE",
+    "HEADER_TYPE",
+    "PARTITION_EOF",
+    "RECORD_SCHEMA",
+    "UNREADABLE_HEADERS",
+    "ConsumeError",
+    "header_column",
+    "raw_batch",
+]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -38,3 +49,44 @@ class ConsumeError:
     code: int
     reason: str
     fatal: bool = False
+
+
+PARTITION_EOF = -191  # librdkafka's RD_KAFKA_RESP_ERR__PARTITION_EOF
+GONE = (1, -140)  # OFFSET_OUT_OF_RANGE, RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET: the records were deleted
+FATAL = -150  # RD_KAFKA_RESP_ERR__FATAL
+"""librdkafka's error codes a reading task tells apart."""
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+def header_column(per_record: Sequence[Headers | None], n: int) -> pa.Array:
+    """The headers column: each record's (key, value) pairs, null for a record with none."""
+    if not any(per_record):
+        return pa.nulls(n, type=HEADER_TYPE)
+    rows = [[{"key": k, "value": v} for k, v in pairs] if pairs else None for pairs in per_record]
+    return pa.array(rows, type=HEADER_TYPE)
+
+
+def raw_batch(
+    topic: str,
+    partition: int,
+    offsets: pa.Array,
+    timestamps: pa.Array,
+    keys: pa.Array,
+    values: pa.Array,
+    headers: pa.Array,
+    errors: pa.Array | None,
+) -> pa.RecordBatch:
+    """One RECORD_SCHEMA batch of a partition's records from its columns (`errors` None: none)."""
+    n = len(offsets)
+    columns: list[pa.Array[Any]] = [
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        offsets,
+        timestamps,
+        keys,
+        values,
+        headers,
+        pa.nulls(n, type=pa.string()) if errors is None else errors,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
