@@ -60,6 +60,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cohort.pipelines.flat_json import FlatSchema, decode_flat, fast_available, flat_schema
+
 __all__ = [
     "INTERNAL_PREFIX",
     "KAFKA_COLUMN",
@@ -529,8 +531,9 @@ class ValueDecoder:
         """The Arrow schema of the decoded value columns (all nullable: failed rows hold nulls)."""
         return pa.schema([pa.field(f.name, arrow_type(f.dataType, where=f.name)) for f in self.columns])
 
-    def decode(self, values: pa.Array) -> tuple[list[pa.Array], list[str | None]]:
-        """(value columns, reason per record) for a batch of raw values."""
+    def decode(self, values: pa.Array, *, fast: bool = True) -> tuple[list[pa.Array], list[str | None]]:
+        """(value columns, reason per record) for a batch of raw values. `fast=False` turns the C fast path of
+        flat schemas off (cohort.pipelines.flat_json: same answers; for tests and benchmarks)."""
         n = len(values)
         reasons: list[str | None] = [None] * n
         if self.value_format in RAW_FORMATS:
@@ -542,9 +545,38 @@ class ValueDecoder:
         if self.value_format == "utf8":
             safe = pc.if_else(pa.array(bad_text, pa.bool_()), pa.scalar(None, pa.binary()), values)
             return [safe.cast(pa.string())], reasons
-        return self._decode_json(values, reasons), reasons
+        flat = flat_schema(self.columns) if fast and fast_available() else None
+        columns = self._decode_json(values, reasons) if flat is None else self._decode_flat(values, reasons, flat)
+        for field, column in zip(self.columns.fields, columns, strict=True):
+            if not field.nullable and column.null_count:
+                for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()):  # indices: no nulls
+                    if reasons[i] is None:
+                        reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
+        return columns, reasons
+
+    def _decode_flat(self, values: pa.Array, reasons: list[str | None], flat: FlatSchema) -> list[pa.Array]:
+        """The fast path's columns, with the records it deferred (and those refused before) decoded by
+        `_decode_json` and put in their places."""
+        batch = decode_flat(values, flat)
+        rest = batch.deferred
+        if any(reasons):  # text that is not UTF-8 (the fast path defers it too; said here so it cannot slip)
+            refused = np.flatnonzero(np.fromiter((r is not None for r in reasons), bool, len(reasons)))
+            rest = np.union1d(rest, refused)
+        if not len(rest):
+            return batch.columns
+        indices = pa.array(rest, pa.int64())
+        rest_reasons = [reasons[i] for i in rest.tolist()]
+        rest_columns = self._decode_json(values.take(indices), rest_reasons)
+        for i, reason in zip(rest.tolist(), rest_reasons, strict=True):
+            reasons[i] = reason
+        order = np.arange(len(values), dtype=np.int64)
+        order[rest] = len(values) + np.arange(len(rest), dtype=np.int64)
+        return [
+            pa.concat_arrays([fast, slow]).take(order) for fast, slow in zip(batch.columns, rest_columns, strict=True)
+        ]
 
     def _decode_json(self, values: pa.Array, reasons: list[str | None]) -> list[pa.Array]:
+        """The full decoder (msgspec): every record, with the reasons of those it refuses."""
         raw: list[bytes | None] = values.to_pylist()
         bom = pc.starts_with(values, "\ufeff")  # a UTF-8 byte order mark: RFC 8259 lets a parser skip it
         if bom.true_count:
@@ -578,11 +610,6 @@ class ValueDecoder:
                 reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
             columns.append(column)
         self._find_repeated_keys(values, raw, columns, reasons)
-        for field, column in zip(self.columns.fields, columns, strict=True):
-            if not field.nullable and column.null_count:
-                for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()):  # indices: no nulls
-                    if reasons[i] is None:
-                        reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
         return columns
 
     def _decode_one(

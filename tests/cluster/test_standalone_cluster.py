@@ -36,6 +36,8 @@ EXECUTOR_MODULES = {
     "cohort.pipelines.native_reader",
     "cohort.pipelines._kafka_arrow",
     "cohort.pipelines.decode",
+    "cohort.pipelines.flat_json",
+    "cohort.pipelines._flat_json",
     "cohort.pipelines.validate",
     "cohort.pipelines.checked",
     "cohort.pipelines.arrow_sink",

@@ -22,6 +22,8 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.native_reader",
     "cohort.pipelines._kafka_arrow",
     "cohort.pipelines.decode",
+    "cohort.pipelines.flat_json",
+    "cohort.pipelines._flat_json",
     "cohort.pipelines.checked",
     "cohort.pipelines.validate",
     "cohort.pipelines.sink",
