@@ -21,7 +21,8 @@ over the pipeline's. Both ratios and `cpu_s_per_1m` (CPU seconds of the whole pr
 Python workers, per 1M records) are of the JVM's first batch. Both raw consumers touch every value.
 `warm_cpu_s_per_1m` is the second batch's, and `stage_cpu_s_per_1m` breaks it down (benchmarks/stages.py: read,
 decode, check, write and digest redone one by one in this process over the same records, and the batch's commit);
-`read_python_cpu_s_per_1m` is the same read through confluent-kafka's Python consumer (the peer of the C read), and
+`read_python_cpu_s_per_1m` is the same read through confluent-kafka's Python consumer (the peer of the C read),
+`decode_msgspec_cpu_s_per_1m` the same decoding with msgspec alone (the peer of the C fast path), and
 `reference_loop_cpu_s` a fixed pure-Python loop's CPU seconds, to compare runs taken on different days.
 """
 
@@ -242,6 +243,10 @@ def main() -> None:
         f"  {'peer: read (Python)':<21} {peers['read_python'] * per_1m:>8.2f} CPU s  "
         f"(confluent-kafka's Python consumer; the C one: {by_stage['read'] * per_1m:.2f})"
     )
+    print(
+        f"  {'peer: decode (msgspec)':<21} {peers['decode_msgspec'] * per_1m:>8.2f} CPU s  "
+        f"(every record through msgspec; the C fast path: {by_stage['decode'] * per_1m:.2f})"
+    )
     print(f"machine reference       {reference:>12.2f} CPU s  (a pure-Python loop of 10M additions, best of 3)")
     summary = {
         "records": count,
@@ -255,6 +260,7 @@ def main() -> None:
         "warm_cpu_s_per_1m": round(warm_cpu * per_1m, 2),
         "stage_cpu_s_per_1m": {stage: round(seconds * per_1m, 2) for stage, seconds in by_stage.items()},
         "read_python_cpu_s_per_1m": round(peers["read_python"] * per_1m, 2),
+        "decode_msgspec_cpu_s_per_1m": round(peers["decode_msgspec"] * per_1m, 2),
         "reference_loop_cpu_s": round(reference, 3),
     }
     print(json.dumps(summary))

@@ -7,7 +7,8 @@ cohort.pipelines.digest), and returns each stage's CPU seconds (of this process,
 
 - `read`: the raw Arrow batches as the tasks read them (cohort.pipelines.reader: the consumer in C where it was
   built); `read_python` is the same read through confluent-kafka's Python consumer, the peer (not in the sum);
-- `decode`: the value decoder (msgspec for JSON) over every batch;
+- `decode`: the value decoder over every batch (for a flat JSON schema the C fast path, cohort.pipelines.flat_json);
+  `decode_msgspec` is the same decoding with msgspec alone, the peer (not in the sum);
 - `check`: the model's checks and assembling the checked batch (RecordChecker.check less its decode);
 - `write`: both outputs' Parquet files (ArrowStagedWriter.write_span);
 - `digest`: the replay digest of every range (reading the staged files back and hashing them).
@@ -32,7 +33,7 @@ from cohort.pipelines.sink import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 
 STAGES = ("read", "decode", "check", "write", "digest")
-PEERS = ("read_python",)
+PEERS = ("read_python", "decode_msgspec")
 """Figures printed beside the stages, not part of their sum."""
 
 
@@ -68,6 +69,12 @@ def _stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Seque
         for batch in batches:
             checker.decoder.decode(batch.column("value"))
     cpu["decode"] = time.process_time() - started
+
+    started = time.process_time()
+    for batches in raw.values():
+        for batch in batches:
+            checker.decoder.decode(batch.column("value"), fast=False)
+    cpu["decode_msgspec"] = time.process_time() - started
 
     started = time.process_time()
     checked = {span: [checker.check(batch) for batch in batches] for span, batches in raw.items()}
