@@ -37,6 +37,10 @@ __all__ = [
     "parallelism",
 ]
 
+PYTHON_DAEMON = ("spark.python.daemon.module", "cohort.pipelines.python_daemon")
+"""Spark's Python worker daemon with the reading tasks' modules imported before it forks (the setting and its
+value): set for local sessions; a setting of the caller's wins."""
+
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -75,6 +79,9 @@ def build_session(
         builder = builder.master(master or "local[2]")
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
+        if (master or "local").startswith("local") and os.environ["PYSPARK_PYTHON"] == sys.executable:
+            # the executors run this interpreter, where cohort is importable
+            builder = builder.config(*PYTHON_DAEMON)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -38,6 +38,7 @@ EXECUTOR_MODULES = (
     "cohort.pipelines.avro_defaults",
     "cohort.pipelines.avro_match",
     "cohort.pipelines.avro_schema",
+    "cohort.pipelines.python_daemon",
 )
 """What a reading task runs: the read (reader), decoding (the Schema Registry formats too: their clients load only
 when a task decodes such a record), checks and the Parquet writer with its layout (sink)."""
@@ -147,6 +148,19 @@ def test_the_executor_modules_import_nothing_heavy(tmp_path: Path) -> None:
     report = _probe("\n".join(f"import {m}" for m in EXECUTOR_MODULES), tmp_path)
     offenders = _offenders(report, ALLOWED_COHORT, ALLOWED_THIRD_PARTY)
     assert not offenders, f"importing the reading task's modules loads more than it needs:\n{offenders}"
+
+
+def test_the_worker_daemon_preloads_reading_modules_only(tmp_path: Path) -> None:
+    """Spark's Python worker daemon (cohort.pipelines.python_daemon) imports, before it forks the workers, what a
+    reading task imports and nothing heavier; each module it names exists."""
+    code = "import importlib\nfrom cohort.pipelines import python_daemon\n"
+    code += "for name in python_daemon.PRELOADED:\n    importlib.import_module(name)\n"
+    report = _probe(code, tmp_path)
+    offenders = _offenders(report, ALLOWED_COHORT, ALLOWED_THIRD_PARTY)
+    assert not offenders, f"the worker daemon preloads more than a reading task needs:\n{offenders}"
+    from cohort.pipelines.python_daemon import PRELOADED
+
+    assert {m for m in PRELOADED if m.startswith("cohort.")} <= set(EXECUTOR_MODULES)
 
 
 DRIVER = """

@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from cohort.devtools.embedded_broker import free_port
+from cohort.pipelines.spark import PYTHON_DAEMON
 from tests.support.spark_cluster import LOOPBACK, spark_free_env, spark_home
 
 __all__ = ["ConnectClient", "RemoteError", "SparkConnectError", "SparkConnectServer", "spark_home"]
@@ -63,8 +64,10 @@ SERVER_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
+    PYTHON_DAEMON[0]: PYTHON_DAEMON[1],
 }
-"""The server's settings: those of the tests' classic session (tests/conftest.py, LOCAL_DEFAULTS), loopback only."""
+"""The server's settings: those of the tests' classic session (tests/conftest.py, LOCAL_DEFAULTS, and the worker
+daemon that preloads the reading modules: the server's workers run this project's interpreter), loopback only."""
 
 
 class SparkConnectError(RuntimeError):
