@@ -23,7 +23,7 @@ import dagster as dg
 
 from cohort.assets.trail import DagsterTrail, read_dagster_trail
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.messages import RESET
+from cohort.assignment.protocol.messages import RESET
 from cohort.common.types import TopicPartition
 
 __all__ = ["Materialized", "PartitionAudit", "audit_partition", "gather_audits", "materialized_ranges"]
@@ -150,7 +150,7 @@ def gather_audits(
     """Audit partitions 0..partitions-1 of `topic` for `group` (kafka: a `KafkaResource`).
 
     Only the ledger entries and materializations since each partition's trail mark are read (the marks then
-    advance: cohort.assignment.trail), so the cost follows what changed, not the history; `full` reads
+    advance: cohort.assignment.ledger.trail), so the cost follows what changed, not the history; `full` reads
     everything, page by page. With `several_instances` (the group's slots run from several Dagster instances on
     one store, this one hosting `host_slots`), a range committed by a run this instance does not know is another
     instance's to report, and is not looked for here.

@@ -8,8 +8,8 @@ for (offsets it never committed, or no offsets at all: reported by hand or by fo
 run), and when Kafka's committed offset differs from the ledger's. Lag fails for a partition more than
 `lag_threshold` records behind its end offset whose last commit is older than `freshness_s`: a group that
 keeps up passes while its producer writes; a stalled one fails. The sink check makes `cohort audit`'s comparison
-of the sink's and the quarantine's trees with the ledger (cohort.pipelines.sink_audit: range directories, and
-whatever else readers read there), or of the tables' files and marks (cohort.pipelines.table_audit); a replay an
+of the sink's and the quarantine's trees with the ledger (cohort.pipelines.sink.audit: range directories, and
+whatever else readers read there), or of the tables' files and marks (cohort.pipelines.tables.audit); a replay an
 offset reset left pending passes, and is said.
 """
 
@@ -23,19 +23,19 @@ from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, Co
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
-from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.sink_audit import REPAIR_HINTS, PartitionRecords, output_layouts, read_records, stray_findings
-from cohort.pipelines.sink_since import mark_after, read_records_since, sink_trail
-from cohort.pipelines.table_audit import (
+from cohort.pipelines.sink.audit import REPAIR_HINTS, PartitionRecords, output_layouts, read_records, stray_findings
+from cohort.pipelines.sink.layout import SinkLayout
+from cohort.pipelines.tables.audit import (
     TABLE_REPAIR_HINTS,
     audit_table_partition,
     unreferenced_outside,
     unreferenced_table_files,
 )
-from cohort.pipelines.table_batch import open_tables
+from cohort.pipelines.tables.batch import open_tables
+from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
+from cohort.runtime.sink_since import mark_after, read_records_since, sink_trail
 
 __all__ = ["AUDIT_TAG", "check_results", "lagging"]
 
@@ -142,7 +142,7 @@ def _sink_check(
 ) -> dg.AssetCheckEvaluation:
     """The sink and the quarantine of `topic` against the ledger, partition by partition, names only (`cohort
     audit` also counts the range directories' rows), as it runs after every batch: of a Parquet sink, the ranges
-    committed since each partition's mark (cohort.pipelines.sink_since), everything with `full`; the rest of
+    committed since each partition's mark (cohort.runtime.sink_since), everything with `full`; the rest of
     each tree around the partition folders. `now` judges the age of a table's unreferenced files."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
     spec = config.pipeline

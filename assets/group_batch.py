@@ -48,8 +48,8 @@ from cohort.assets.worker import (
     unreported_materializations,
 )
 from cohort.assignment.clock import Clock
-from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.registry import RegistryError
+from cohort.pipelines.formats.readers import resolve_readers
+from cohort.pipelines.formats.registry import RegistryError
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cohort.assets.cursors import GroupCursor
-from cohort.assignment.group_state import CLEAN_LEAVE, EventKind, GroupEvent
+from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind, GroupEvent
 
 __all__ = [
     "CLEAN_LEAVE",

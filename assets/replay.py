@@ -7,7 +7,7 @@ run's asset partitions (a backfill of some partitions of a topic asset, one run 
 policy) or all of them. Each member resets only partitions it owns in its generation (the ledger fences the
 reset like a commit), so no partition is replayed by two runs at once; a partition this run reset already
 (on another member, or in an earlier attempt after a rebalance) is not reset again. The reset itself is
-`cohort reset-offsets`' (`cohort.pipelines.offset_reset.apply_reset`): the same ledger entry, and Kafka's
+`cohort reset-offsets`' (`cohort.runtime.offset_reset.apply_reset`): the same ledger entry, and Kafka's
 committed offsets moved with it.
 
 Example:
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from cohort.assignment.resets import ResetTarget, parse_datetime
+from cohort.assignment.ledger.resets import ResetTarget, parse_datetime
 from cohort.common.types import TopicPartition
 
 __all__ = ["REPLAY_TAG", "Replay"]

@@ -37,7 +37,7 @@ from cohort.assets.worker import GENERATION_TAG, GROUP_TAG, RERUN_TAG, SLOT_TAG,
 from cohort.assignment.clock import Clock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError, StoreError
-from cohort.assignment.group_state import GroupRecord, subscribed_counts
+from cohort.assignment.protocol.group_state import GroupRecord, subscribed_counts
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 

@@ -7,7 +7,7 @@ import dagster as dg
 
 from cohort.assets.busy_slots import InFlight
 from cohort.assets.worker import ALL_SLOTS, GROUP_TAG, SLOT_TAG
-from cohort.assignment.group_state import GroupRecord
+from cohort.assignment.protocol.group_state import GroupRecord
 
 __all__ = ["IN_FLIGHT", "is_batch_run", "live_member_runs", "runs_in_flight", "slots_of_run"]
 

@@ -14,9 +14,9 @@ import dagster as dg
 
 from cohort.assets.translator import consumed_offsets
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.messages import LedgerEntry
-from cohort.assignment.trail import TrailEvent, TrailReading
-from cohort.assignment.trail_reader import read_trail, settle_trail
+from cohort.assignment.ledger.trail import TrailEvent, TrailReading
+from cohort.assignment.ledger.trail_reader import read_trail, settle_trail
+from cohort.assignment.protocol.messages import LedgerEntry
 from cohort.common.types import TopicPartition
 
 __all__ = ["EVENT_PAGE", "DagsterTrail", "OtherInstanceRuns", "dagster_trail_name", "read_dagster_trail"]

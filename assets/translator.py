@@ -24,12 +24,12 @@ from typing import Any
 import dagster as dg
 
 from cohort.common.names import safe_name, validate_topic_name
-from cohort.pipelines.arrow_sink import arrow_filesystem
-from cohort.pipelines.checked import is_scalar_key
-from cohort.pipelines.lineage import METADATA_PREFIX, ConsumedRange
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.checked import is_scalar_key
+from cohort.pipelines.tasks.writer import arrow_filesystem
 from cohort.resources.group import CohortGroupResource
+from cohort.runtime.lineage import METADATA_PREFIX, ConsumedRange
 
 __all__ = [
     "CHECK_CONTIGUOUS",

@@ -1,7 +1,7 @@
 """The worker: one member of the group for one batch, and what it reports to Dagster.
 
 A member joins the group as its worker slot (a static member), runs the batch for exactly its partitions with
-itself as the fenced ledger (`cohort.pipelines.slot_batch`, shared with the Airflow face), and leaves the group
+itself as the fenced ledger (`cohort.runtime.slot_batch`, shared with the Airflow face), and leaves the group
 or keeps its static membership (`leave_on_finish`). The assignment is only known once
 the member has joined, so the runs report materializations of the assets' partition keys at runtime
 (`materializations`): one of the topic asset (the committed range) and one of the landed asset (its rows)
@@ -30,19 +30,19 @@ from cohort.assets.translator import (
     safe_name,
 )
 from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.ledger.trail_reader import unreported
 from cohort.assignment.member import GroupMember
-from cohort.assignment.messages import LedgerEntry
-from cohort.assignment.trail_reader import unreported
+from cohort.assignment.protocol.messages import LedgerEntry
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.lineage import consumed_ranges, reported_range
-from cohort.pipelines.offset_reset import apply_reset
-from cohort.pipelines.results import BatchResult
-from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
+from cohort.runtime.lineage import consumed_ranges, reported_range
+from cohort.runtime.offset_reset import apply_reset
+from cohort.runtime.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
 
 __all__ = [
     "ALL_SLOTS",
@@ -401,7 +401,7 @@ def unreported_materializations(
     A run killed between its ledger commit and its materialization events (or a rerun that died the same
     way) leaves committed ranges with no entry in the audit trail; every later run of the slot reports
     them from the ledger, which records the committing run, generation, member and counts. Only what changed
-    since each partition's trail mark is read (cohort.assignment.trail), so the cost does not grow with history.
+    since each partition's trail mark is read (cohort.assignment.ledger.trail), so the cost does not grow with history.
     """
     sink_root = landed_root(config.pipeline)
     partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items()) for p in range(count)]

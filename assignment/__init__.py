@@ -36,8 +36,8 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupState
-from cohort.assignment.messages import (
+from cohort.assignment.protocol.group_state import GroupConfig, GroupEvent, GroupState
+from cohort.assignment.protocol.messages import (
     HeartbeatResult,
     JoinComplete,
     JoinPending,
@@ -120,8 +120,8 @@ __all__ = [
 if TYPE_CHECKING:
     from cohort.assignment.coordinator import Coordinator, StandaloneLedger
     from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
-    from cohort.assignment.memory_store import MemoryGroupStore
-    from cohort.assignment.store import SqlGroupStore
+    from cohort.assignment.store.memory import MemoryGroupStore
+    from cohort.assignment.store.sql import SqlGroupStore
 
 __getattr__ = lazy_exports(
     __name__,
@@ -131,7 +131,7 @@ __getattr__ = lazy_exports(
         "GroupMember": "cohort.assignment.member",
         "JoinTimeoutError": "cohort.assignment.member",
         "RebalanceListener": "cohort.assignment.member",
-        "MemoryGroupStore": "cohort.assignment.memory_store",
-        "SqlGroupStore": "cohort.assignment.store",
+        "MemoryGroupStore": "cohort.assignment.store.memory",
+        "SqlGroupStore": "cohort.assignment.store.sql",
     },
 )

@@ -7,9 +7,9 @@ processes never interleave two steps on a group.
 
 Example:
     >>> from cohort.assignment.clock import ManualClock
-    >>> from cohort.assignment.group_state import GroupConfig
-    >>> from cohort.assignment.memory_store import MemoryGroupStore
-    >>> from cohort.assignment.messages import JoinRequest
+    >>> from cohort.assignment.protocol.group_state import GroupConfig
+    >>> from cohort.assignment.store.memory import MemoryGroupStore
+    >>> from cohort.assignment.protocol.messages import JoinRequest
     >>> from cohort.assignment.errors import MemberIdRequiredError
     >>> config = GroupConfig(initial_rebalance_delay=0)
     >>> coordinator = Coordinator(MemoryGroupStore(), clock=ManualClock(), config=config)
@@ -32,25 +32,13 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from cohort.assignment.backlog import LogOffsets, backlog_from_offsets
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.errors import InvalidRequestError
-from cohort.assignment.group_state import GroupConfig, GroupEvent, GroupRecord, GroupState, Outcome
-from cohort.assignment.join import check_join_request
-from cohort.assignment.ledger import decide_commit, decide_reset
-from cohort.assignment.messages import (
-    CommitRequest,
-    Decision,
-    HeartbeatResult,
-    JoinComplete,
-    JoinPending,
-    JoinRequest,
-    LedgerEntry,
-    ResetRequest,
-    SyncComplete,
-    SyncPending,
-)
-from cohort.assignment.protocol import (
+from cohort.assignment.ledger.ranges import decide_commit, decide_reset
+from cohort.assignment.ledger.retention import Fold
+from cohort.assignment.ledger.trail import TrailMark
+from cohort.assignment.protocol.backlog import LogOffsets, backlog_from_offsets
+from cohort.assignment.protocol.decisions import (
     decide_claim_rerun,
     decide_delete,
     decide_evict,
@@ -62,10 +50,22 @@ from cohort.assignment.protocol import (
     decide_sync,
     start,
 )
-from cohort.assignment.rebalance import Context, advance, default_assignor_resolver
-from cohort.assignment.retention import Fold
-from cohort.assignment.store import GroupStore, HeadReader, SqlGroupStore
-from cohort.assignment.trail import TrailMark
+from cohort.assignment.protocol.group_state import GroupConfig, GroupEvent, GroupRecord, GroupState, Outcome
+from cohort.assignment.protocol.join import check_join_request
+from cohort.assignment.protocol.messages import (
+    CommitRequest,
+    Decision,
+    HeartbeatResult,
+    JoinComplete,
+    JoinPending,
+    JoinRequest,
+    LedgerEntry,
+    ResetRequest,
+    SyncComplete,
+    SyncPending,
+)
+from cohort.assignment.protocol.rebalance import Context, advance, default_assignor_resolver
+from cohort.assignment.store.sql import GroupStore, HeadReader, SqlGroupStore
 from cohort.assignment.types import Assignor
 from cohort.assignment.views import GroupDescription, GroupListing, describe
 from cohort.common.names import validate_group_name, validate_instance_id, validate_topic_name
@@ -186,7 +186,7 @@ class Coordinator:
 
         `log_offsets` (the leader's (first, end) offsets per partition, from Kafka) is for a backlog-aware
         assignor (`lag-sticky`): the backlog is computed against the ledger's committed offsets in the sync's
-        own transaction (`cohort.assignment.backlog`), used for this assignment only and never stored.
+        own transaction (`cohort.assignment.protocol.backlog`), used for this assignment only and never stored.
 
         Errors: REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
         INVALID_REQUEST (bad leader assignment or log offsets).
@@ -366,7 +366,7 @@ class Coordinator:
     def trail_marks(
         self, group: str, trail: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, TrailMark]:
-        """How far each partition's ledger is settled in the audit trail `trail` (cohort.assignment.trail)."""
+        """How far each partition's ledger is settled in the audit trail `trail` (cohort.assignment.ledger.trail)."""
         return self.store.trail_marks(validate_group_name(group), trail, partitions)
 
     def advance_trail_marks(self, group: str, trail: str, marks: Sequence[TrailMark]) -> None:
@@ -380,7 +380,7 @@ class Coordinator:
     def apply_retention(
         self, group: str, folds: Sequence[Fold], *, events_before: float | None = None, keep_events: int = 0
     ) -> int:
-        """Apply folds (`cohort.assignment.retention.plan_folds`) and drop old group events, in one transaction;
+        """Apply folds (`cohort.assignment.ledger.retention.plan_folds`) and drop old group events, in one transaction;
         the number of events dropped."""
         return self.store.apply_retention(
             validate_group_name(group), folds, events_before=events_before, keep_events=keep_events

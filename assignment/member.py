@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 
-from cohort.assignment.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import (
     CoordinatorError,
@@ -49,7 +48,8 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.messages import (
+from cohort.assignment.protocol.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
+from cohort.assignment.protocol.messages import (
     JoinComplete,
     JoinPending,
     LedgerEntry,

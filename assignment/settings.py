@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from cohort.assignment.messages import DEFAULT_ASSIGNORS, JoinRequest
+from cohort.assignment.protocol.messages import DEFAULT_ASSIGNORS, JoinRequest
 from cohort.common.names import validate_topic_name
 
 __all__ = ["MemberSettings"]

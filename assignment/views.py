@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cohort.assignment.group_state import GroupRecord, GroupState, effective_topics
+from cohort.assignment.protocol.group_state import GroupRecord, GroupState, effective_topics
 from cohort.common.types import TopicPartition
 
 __all__ = ["GroupDescription", "GroupListing", "MemberDescription", "describe"]

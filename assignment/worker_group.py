@@ -23,12 +23,12 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from cohort.assignment.assignors import get_assignor
-from cohort.assignment.backlog import LogOffsets
 from cohort.assignment.clock import Clock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
-from cohort.assignment.messages import DEFAULT_ASSIGNORS
+from cohort.assignment.protocol.backlog import LogOffsets
+from cohort.assignment.protocol.group_state import GroupConfig
+from cohort.assignment.protocol.messages import DEFAULT_ASSIGNORS
 from cohort.assignment.settings import MemberSettings
 from cohort.common.names import validate_group_name, validate_topic_name
 from cohort.common.types import TopicPartition

@@ -68,17 +68,17 @@ from pyspark.sql import SparkSession
 
 from benchmarks.pipeline import SCHEMA, Event, tree_cpu
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupState
 from cohort.assignment.member import GroupMember
+from cohort.assignment.protocol.group_state import GroupState
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, partition_counts, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from cohort.pipelines.kafka_client import watermarks
-from cohort.pipelines.results import BatchResult, PartitionResult
-from cohort.pipelines.slot_batch import SlotBatch, run_slot_batch
+from cohort.pipelines.batch.results import BatchResult, PartitionResult
+from cohort.pipelines.kafka.client import watermarks
+from cohort.runtime.slot_batch import SlotBatch, run_slot_batch
 
 ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "lag-sticky")
 SHAPES = ("skewed", "zipf", "uniform")

@@ -37,11 +37,11 @@ from typing import Any
 from cohort.assignment.clock import ManualClock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import MemberIdRequiredError
-from cohort.assignment.group_state import EventKind, GroupConfig, GroupState
 from cohort.assignment.member import GroupMember
-from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.protocol.group_state import EventKind, GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest, SyncComplete
 from cohort.assignment.settings import MemberSettings
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.common.types import OffsetRange, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]

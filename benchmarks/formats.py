@@ -68,10 +68,10 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from cohort.pipelines.reader import READER_DEFAULTS, RECORD_SCHEMA
-from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.registry import RegistryConnection
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.formats.readers import resolve_readers
+from cohort.pipelines.formats.registry import RegistryConnection
+from cohort.pipelines.tasks.reader import READER_DEFAULTS, RECORD_SCHEMA
 from tests.support.schema_registry import SchemaRegistryServer
 
 JSON_TOPIC = "bench-formats-json"

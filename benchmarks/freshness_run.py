@@ -31,7 +31,7 @@ ledger's `committed_at` and of the parent's launch time):
 
 The step runs in this process (both ways), so one timeline holds everything. The timings come from thin wrappers
 that only note the time: a subclass of `SparkResource`, the worker's `runner` hook around `run_batch`, and
-`GroupMember.join` and `cohort.pipelines.batch.parallelism` wrapped in this process. Nothing else differs from a
+`GroupMember.join` and `cohort.pipelines.batch.run.parallelism` wrapped in this process. Nothing else differs from a
 plain run.
 """
 
@@ -73,9 +73,9 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
     from cohort.assets.factory import build_cohort_definitions
     from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
     from cohort.assignment.member import GroupMember
-    from cohort.pipelines import batch
-    from cohort.pipelines.batch import run_batch
-    from cohort.pipelines.results import BatchResult
+    from cohort.pipelines.batch import run as batch
+    from cohort.pipelines.batch.results import BatchResult
+    from cohort.pipelines.batch.run import run_batch
     from cohort.pipelines.spark import is_connect
     from cohort.pipelines.spec import PipelineSpec
     from cohort.resources import CohortGroupResource, KafkaResource, SparkResource

@@ -26,7 +26,7 @@ the target for the redesigned trail is, in CPU seconds, 1.5x at most at 100k for
 the offsets check, nothing re-reported and every check green (`target_met`).
 
 `--tables` measures instead the commit latency of a Delta and an Iceberg table through Cohort's table stores
-(`cohort.pipelines.table_batch.open_tables`: `DeltaTableStore`, `IcebergTableStore` on a SQLite catalog) as
+(`cohort.pipelines.tables.batch.open_tables`: `DeltaTableStore`, `IcebergTableStore` on a SQLite catalog) as
 their history grows: each commit lands one small Parquet file (`--table-rows` rows of one partition) on the marks
 read just before (as a batch does: `marks`, then `commit`), reporting the median `commit` latency (wall and CPU)
 and `marks` latency over the 10 commits from commit 10, 100, 1,000 and 10,000, as far as `--table-budget` seconds
@@ -310,7 +310,7 @@ class Bench:
         try:
             import cohort.airflow.slot as slot
             from cohort.airflow.lineage import group_alias
-            from cohort.pipelines.lineage import reported_range
+            from cohort.runtime.lineage import reported_range
         except ImportError:  # Airflow is not installed
             return
         spec, group = self.spec, self.resource.worker_group()
@@ -478,8 +478,8 @@ def report(cases: Sequence[Case], began: float) -> None:
 
 def tables(args: argparse.Namespace) -> None:
     """Commit latency of the Delta and Iceberg stores as their history grows."""
-    from cohort.pipelines.table_batch import open_tables
-    from cohort.pipelines.table_store import BatchRecord, NewFile, Owner, TableCommit, data_dir
+    from cohort.pipelines.tables.batch import open_tables
+    from cohort.pipelines.tables.store import BatchRecord, NewFile, Owner, TableCommit, data_dir
 
     tp = TopicPartition("history", 0)
     results: dict[str, Any] = {}

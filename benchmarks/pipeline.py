@@ -2,7 +2,7 @@
 
 On the embedded Tansu broker: produce N JSON records over 8 partitions (batched), read them all with a
 single plain consumer (the raw rate), start Spark (timed separately), then run one `run_batch` over the
-8 partitions: read (mapInArrow + librdkafka driven from C, cohort.pipelines.native_reader), decode (msgspec)
+8 partitions: read (mapInArrow + librdkafka driven from C, cohort.pipelines.tasks.native_reader), decode (msgspec)
 and validate (the pandera model as Arrow kernels) in the reading tasks, write Parquet (pyarrow, from the same
 tasks), check counts, commit to the ledger (SQLite coordinator) and mirror to Kafka.
 One record in 1,000 is malformed, so the quarantine path runs too. The headline pipeline figure is the
@@ -47,7 +47,7 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from cohort.pipelines.reader import READER_DEFAULTS, OffsetSpan
+from cohort.pipelines.tasks.reader import READER_DEFAULTS, OffsetSpan
 
 TOPIC = "bench-events"
 GROUP = "bench-pipeline"

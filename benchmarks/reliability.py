@@ -163,7 +163,7 @@ TABLE_BOUNDARIES: tuple[tuple[str, str], ...] = (
         "`cohort.assets.group_batch.materializations`, on entry (as for Parquet)",
     ),
 )
-"""Where each table point kills: a wrapper of the stores `cohort.pipelines.table_batch.open_tables` returns
+"""Where each table point kills: a wrapper of the stores `cohort.pipelines.tables.batch.open_tables` returns
 (commits with a batch record only: fences and roll-backs go through), or the Parquet points' wrappers."""
 
 
@@ -206,7 +206,7 @@ def render_tables(reports: list[FaultReport], command: str, seconds: float) -> s
 
 The same scenario as the Parquet rows (above, "What one row is"), with `PipelineSpec(table_format="delta")` or
 `"iceberg"` (the default SQLite catalog under the sink path). A table batch commits the quarantine table, then
-the sink table, then the ledger, then mirrors to Kafka (cohort.pipelines.table_batch), so its points are:
+the sink table, then the ledger, then mirrors to Kafka (cohort.pipelines.tables.batch), so its points are:
 
 | point | boundary wrapped in the victim |
 |---|---|

@@ -34,7 +34,7 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import PipelineSpec, build_session, run_batch
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.batch.results import BatchResult
 
 
 def _offsets_once(root: str, expected: int) -> None:

@@ -23,7 +23,7 @@ import dagster as dg
 from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig
 from cohort.assignment.clock import ManualClock
-from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic
 from cohort.resources.group import CohortGroupResource

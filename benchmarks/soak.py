@@ -65,7 +65,7 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import free_port
 from cohort.devtools.topics import create_topic
 from cohort.devtools.ui import sample_event, stop_process_group
-from cohort.pipelines.kafka_client import watermarks
+from cohort.pipelines.kafka.client import watermarks
 from tests.reliability.broker_proxy import FaultProxy, broker_behind_proxy
 from tests.support.postgres import PostgresServer
 

@@ -2,13 +2,14 @@
 
 A batch's reading tasks read, decode, check and write inside Spark's Python workers, where their CPU is one
 figure. `stage_cpu` runs the same work in this process over the same records, one stage at a time, with the
-batch's own functions (cohort.pipelines.reader.read_range, the spec's RecordChecker, ArrowStagedWriter,
-cohort.pipelines.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
+batch's own functions (cohort.pipelines.tasks.reader.read_range, the spec's RecordChecker, ArrowStagedWriter,
+cohort.pipelines.replay.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
 
-- `read`: the raw Arrow batches as the tasks read them (cohort.pipelines.reader: the consumer in C where it was
+- `read`: the raw Arrow batches as the tasks read them (cohort.pipelines.tasks.reader: the consumer in C where it was
   built); `read_python` is the same read through confluent-kafka's Python consumer, the peer (not in the sum);
-- `decode`: the value decoder over every batch (for a flat JSON schema the C fast path, cohort.pipelines.flat_json);
-  `decode_msgspec` is the same decoding with msgspec alone, the peer (not in the sum);
+- `decode`: the value decoder over every batch (for a flat JSON schema the C fast path,
+  cohort.pipelines.formats.flat_json); `decode_msgspec` is the same decoding with msgspec alone, the peer (not in
+  the sum);
 - `check`: the model's checks and assembling the checked batch (RecordChecker.check less its decode);
 - `write`: both outputs' Parquet files (ArrowStagedWriter.write_span);
 - `digest`: the replay digest of every range (reading the staged files back and hashing them).
@@ -26,11 +27,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from cohort.pipelines.arrow_sink import ArrowStagedWriter
-from cohort.pipelines.digest import digest, read_dirs
-from cohort.pipelines.reader import OffsetSpan, open_consumer, read_range
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.replay.digest import digest, read_dirs
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.reader import OffsetSpan, open_consumer, read_range
+from cohort.pipelines.tasks.writer import ArrowStagedWriter
 
 STAGES = ("read", "decode", "check", "write", "digest")
 PEERS = ("read_python", "decode_msgspec")
@@ -39,7 +40,7 @@ PEERS = ("read_python", "decode_msgspec")
 
 def stage_cpu(spec: PipelineSpec, kafka_config: Mapping[str, Any], spans: Sequence[OffsetSpan]) -> dict[str, float]:
     """CPU seconds of each of STAGES (and PEERS) over `spans`, run one after the other in this process, with Python's
-    cyclic garbage collector paused as the reading tasks pause it (cohort.pipelines.reader)."""
+    cyclic garbage collector paused as the reading tasks pause it (cohort.pipelines.tasks.reader)."""
     gc.collect()
     gc.disable()
     try:

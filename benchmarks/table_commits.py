@@ -1,4 +1,4 @@
-"""Table commit latency over many commits, with and without retention (cohort.pipelines.table_retention).
+"""Table commit latency over many commits, with and without retention (cohort.pipelines.tables.retention).
 
 No broker, no Spark: what grows with a table's history is the table commit, so this drives the stores directly.
 Each commit is one small batch as Cohort's sink makes it: a 20-row Parquet file in its range directory, the
@@ -45,9 +45,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.table_compaction import compaction_attempt
-from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention
-from cohort.pipelines.table_store import BatchRecord, DataFile, NewFile, Owner, PartitionMark, TableCommit, data_dir
+from cohort.pipelines.tables.compaction import compaction_attempt
+from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention
+from cohort.pipelines.tables.store import BatchRecord, DataFile, NewFile, Owner, PartitionMark, TableCommit, data_dir
 
 __all__ = ["main", "run"]
 
@@ -65,10 +65,10 @@ TOMBSTONES = 24 * 60
 
 def _store(fmt: str, root: Path, retention: TableRetention | None) -> Any:
     if fmt == "delta":
-        from cohort.pipelines.delta_store import DeltaTableStore
+        from cohort.pipelines.tables.delta import DeltaTableStore
 
         return DeltaTableStore(str(root), retention=retention)
-    from cohort.pipelines.iceberg_store import IcebergTableStore
+    from cohort.pipelines.tables.iceberg import IcebergTableStore
 
     return IcebergTableStore(
         str(root), catalog_url=f"sqlite:///{root.parent}/catalog.sqlite", identifier="bench.t", retention=retention

@@ -15,7 +15,7 @@ On the embedded Tansu broker, in one run:
    `--small-records` (default 1,000) over the 8 partitions, then one `run_batch` per format (three groups
    reading the same topic, each into its own sink, the order rotated each step). The two table commits of a
    batch (quarantine table, then sink table) are timed directly: the benchmark wraps
-   `cohort.pipelines.table_batch.open_tables` so that each store's `commit` is timed with `time.perf_counter`.
+   `cohort.pipelines.tables.batch.open_tables` so that each store's `commit` is timed with `time.perf_counter`.
    Reported per format: the table commits of a batch (sum of the two), the whole `commit` stage (ledger
    ownership check + placing the files + both table commits + ledger commit), the `reconcile` stage, over
    all batches and for the first 10 and the last 10 (history grows: one table version per commit); the
@@ -59,8 +59,8 @@ import pyspark.sql.types as T
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 
-import cohort.pipelines.delta_store as delta_store
-import cohort.pipelines.table_batch as table_batch
+import cohort.pipelines.tables.batch as table_batch
+import cohort.pipelines.tables.delta as delta_store
 from benchmarks.pipeline import _own_cpu_s, _tree_cpu_s
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.ledger import OffsetLedger
@@ -68,8 +68,8 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
-from cohort.pipelines.results import BatchResult
-from cohort.pipelines.table_store import TableCommit
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.tables.store import TableCommit
 
 TOPIC = "bench-tables"
 SMALL_TOPIC = "bench-tables-small"

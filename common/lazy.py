@@ -1,6 +1,6 @@
 """Lazy re-exports for package `__init__`s: a public name is imported from its home module on first use.
 
-A Spark executor that imports `cohort.pipelines.reader` runs `cohort/pipelines/__init__.py` first; with lazy
+A Spark executor that imports `cohort.pipelines.tasks.reader` runs `cohort/pipelines/__init__.py` first; with lazy
 re-exports that costs nothing, so the executor loads only what the reading task needs.
 """
 

@@ -1,6 +1,6 @@
 """What the data path codes against to commit and mirror offsets: the ledger and mirror interfaces.
 
-The coordinator's `GroupMember` and `StandaloneLedger` implement `OffsetLedger`; `cohort.pipelines.kafka_mirror`
+The coordinator's `GroupMember` and `StandaloneLedger` implement `OffsetLedger`; `cohort.pipelines.kafka.mirror`
 implements `OffsetMirror`. Keeping the interfaces here lets a reading task or a batch import them without
 loading the coordinator or its SQL store.
 """
@@ -40,7 +40,7 @@ class OffsetLedger(Protocol):
 
 @runtime_checkable
 class OffsetMirror(Protocol):
-    """Copies accepted commits to Kafka's committed offsets under the group id (`cohort.pipelines.kafka_mirror`
+    """Copies accepted commits to Kafka's committed offsets under the group id (`cohort.pipelines.kafka.mirror`
     implements it with confluent-kafka, putting `run_id` in the commit metadata). Called by the pipeline after
     the ledger accepted the ranges; a failure is retried by the mirror and never undoes the ledger."""
 

@@ -1,7 +1,7 @@
 """Cohort's Spark data path: plan, read (mapInArrow + confluent-kafka), decode, validate, sink, commit.
 
 Pure PySpark, confluent-kafka, pandera and pyarrow (no Dagster): usable from a plain script. The names below
-are imported on first use, so a Spark executor running a reading task loads only `cohort.pipelines.reader`
+are imported on first use, so a Spark executor running a reading task loads only `cohort.pipelines.tasks.reader`
 and what it needs (confluent-kafka, pyarrow, msgspec).
 
 Example:
@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 from cohort.common.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from cohort.pipelines.batch import plan_for, run_batch
-    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, MirrorError, kafka_committed
-    from cohort.pipelines.plan import BatchPlan, OffsetOutOfRangeError, PartitionPlan, PlanLimits, ResetPolicy
-    from cohort.pipelines.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
-    from cohort.pipelines.results import BatchResult, CountMismatchError, PartitionResult
-    from cohort.pipelines.sink import SinkError, SinkLayout
+    from cohort.pipelines.batch.results import BatchResult, CountMismatchError, PartitionResult
+    from cohort.pipelines.batch.run import plan_for, run_batch
+    from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, MirrorError, kafka_committed
+    from cohort.pipelines.planning.plan import BatchPlan, OffsetOutOfRangeError, PartitionPlan, PlanLimits, ResetPolicy
+    from cohort.pipelines.sink.layout import SinkError, SinkLayout
     from cohort.pipelines.spark import build_session
     from cohort.pipelines.spec import PipelineSpec
-    from cohort.pipelines.validate import ModelError
+    from cohort.pipelines.tasks.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
+    from cohort.pipelines.tasks.validate import ModelError
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -57,28 +57,28 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "plan_for": "cohort.pipelines.batch",
-        "run_batch": "cohort.pipelines.batch",
-        "KafkaOffsetMirror": "cohort.pipelines.kafka_mirror",
-        "MirrorError": "cohort.pipelines.kafka_mirror",
-        "kafka_committed": "cohort.pipelines.kafka_mirror",
-        "BatchPlan": "cohort.pipelines.plan",
-        "OffsetOutOfRangeError": "cohort.pipelines.plan",
-        "PartitionPlan": "cohort.pipelines.plan",
-        "PlanLimits": "cohort.pipelines.plan",
-        "ResetPolicy": "cohort.pipelines.plan",
-        "RECORD_SCHEMA": "cohort.pipelines.reader",
-        "OffsetSpan": "cohort.pipelines.reader",
-        "ReadError": "cohort.pipelines.reader",
-        "read_range": "cohort.pipelines.reader",
-        "read_spans": "cohort.pipelines.reader",
-        "BatchResult": "cohort.pipelines.results",
-        "CountMismatchError": "cohort.pipelines.results",
-        "PartitionResult": "cohort.pipelines.results",
-        "SinkError": "cohort.pipelines.sink",
-        "SinkLayout": "cohort.pipelines.sink",
+        "plan_for": "cohort.pipelines.batch.run",
+        "run_batch": "cohort.pipelines.batch.run",
+        "KafkaOffsetMirror": "cohort.pipelines.kafka.mirror",
+        "MirrorError": "cohort.pipelines.kafka.mirror",
+        "kafka_committed": "cohort.pipelines.kafka.mirror",
+        "BatchPlan": "cohort.pipelines.planning.plan",
+        "OffsetOutOfRangeError": "cohort.pipelines.planning.plan",
+        "PartitionPlan": "cohort.pipelines.planning.plan",
+        "PlanLimits": "cohort.pipelines.planning.plan",
+        "ResetPolicy": "cohort.pipelines.planning.plan",
+        "RECORD_SCHEMA": "cohort.pipelines.tasks.reader",
+        "OffsetSpan": "cohort.pipelines.tasks.reader",
+        "ReadError": "cohort.pipelines.tasks.reader",
+        "read_range": "cohort.pipelines.tasks.reader",
+        "read_spans": "cohort.pipelines.tasks.reader",
+        "BatchResult": "cohort.pipelines.batch.results",
+        "CountMismatchError": "cohort.pipelines.batch.results",
+        "PartitionResult": "cohort.pipelines.batch.results",
+        "SinkError": "cohort.pipelines.sink.layout",
+        "SinkLayout": "cohort.pipelines.sink.layout",
         "build_session": "cohort.pipelines.spark",
         "PipelineSpec": "cohort.pipelines.spec",
-        "ModelError": "cohort.pipelines.validate",
+        "ModelError": "cohort.pipelines.tasks.validate",
     },
 )

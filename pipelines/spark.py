@@ -37,7 +37,7 @@ __all__ = [
     "parallelism",
 ]
 
-PYTHON_DAEMON = ("spark.python.daemon.module", "cohort.pipelines.python_daemon")
+PYTHON_DAEMON = ("spark.python.daemon.module", "cohort.pipelines.tasks.python_daemon")
 """Spark's Python worker daemon with the reading tasks' modules imported before it forks (the setting and its
 value): set for local sessions; a setting of the caller's wins."""
 

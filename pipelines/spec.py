@@ -29,9 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from cohort.common.validation import as_integer, is_number
-from cohort.pipelines.arrow_transform import ArrowTransform
-from cohort.pipelines.checked import RecordChecker
-from cohort.pipelines.decode import (
+from cohort.pipelines.formats.decode import (
     RAW_FORMATS,
     REGISTRY_VALUE_FORMATS,
     ValueDecoder,
@@ -39,14 +37,16 @@ from cohort.pipelines.decode import (
     naive_timestamp_policy,
     value_columns_schema,
 )
-from cohort.pipelines.plan import PlanLimits, ResetPolicy
-from cohort.pipelines.quarantine_limit import DEFAULT_FRACTION, DEFAULT_MIN_RECORDS, QuarantineLimit
-from cohort.pipelines.readers import explicit_reader
-from cohort.pipelines.registry import RegistryConnection
-from cohort.pipelines.registry_decode import ReaderSchema, RegistryDecoder
-from cohort.pipelines.sink import default_quarantine_root
-from cohort.pipelines.table_retention import DEFAULT_RETENTION, TableRetention
-from cohort.pipelines.validate import RowCheck, compile_model
+from cohort.pipelines.formats.readers import explicit_reader
+from cohort.pipelines.formats.registry import RegistryConnection
+from cohort.pipelines.formats.registry_decode import ReaderSchema, RegistryDecoder
+from cohort.pipelines.planning.plan import PlanLimits, ResetPolicy
+from cohort.pipelines.sink.layout import default_quarantine_root
+from cohort.pipelines.sink.quarantine_limit import DEFAULT_FRACTION, DEFAULT_MIN_RECORDS, QuarantineLimit
+from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention
+from cohort.pipelines.tasks.arrow_transform import ArrowTransform
+from cohort.pipelines.tasks.checked import RecordChecker
+from cohort.pipelines.tasks.validate import RowCheck, compile_model
 
 __all__ = ["TABLE_FORMATS", "PipelineSpec", "RecordSide"]
 
@@ -74,7 +74,7 @@ class RecordSide(NamedTuple):
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """Configuration of the Spark data path (see cohort.pipelines.batch.run_batch).
+    """Configuration of the Spark data path (see cohort.pipelines.batch.run.run_batch).
 
     Attributes:
         sink_path: root of the Parquet output (local path or Hadoop-compatible URI), or the table's location
@@ -110,7 +110,7 @@ class PipelineSpec:
             keeps its record's `kafka` column; it may drop records (counted as `filtered`) and return several
             rows per record (the extra rows counted as `expanded`).
         arrow_transform: pyarrow Table -> Table applied by the reading tasks to each batch of valid sink rows,
-            under the same contract as `transform` but without the JVM (cohort.pipelines.arrow_transform): the
+            under the same contract as `transform` but without the JVM (cohort.pipelines.tasks.arrow_transform): the
             fast path for transforms pyarrow.compute (or Polars, DuckDB) can express. Give one of the two.
         reset: where partitions without a committed offset start: 'earliest', 'latest', a
             timezone-aware datetime, or a ResetPolicy.
@@ -167,7 +167,7 @@ class PipelineSpec:
     quarantine_limit: float | None = DEFAULT_FRACTION
     quarantine_limit_min_records: int = DEFAULT_MIN_RECORDS
     value_reader: ReaderSchema | None = field(default=None, repr=False)
-    """The resolved value reader schema (cohort.pipelines.readers.resolve_readers fills it in)."""
+    """The resolved value reader schema (cohort.pipelines.formats.readers.resolve_readers fills it in)."""
     key_reader: ReaderSchema | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -22,12 +22,12 @@ import dagster as dg
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cohort.assignment import get_assignor
-from cohort.assignment.backlog import LogOffsets
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
-from cohort.assignment.messages import DEFAULT_ASSIGNORS
+from cohort.assignment.protocol.backlog import LogOffsets
+from cohort.assignment.protocol.group_state import GroupConfig
+from cohort.assignment.protocol.messages import DEFAULT_ASSIGNORS
 from cohort.assignment.settings import MemberSettings
 from cohort.assignment.worker_group import DEFAULT_STORE_URL, WorkerGroup, check_store_url
 from cohort.common.names import validate_group_name, validate_topic_name

@@ -28,11 +28,11 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, PrivateAttr, field_validator
 
-from cohort.assignment.group_state import subscribed_counts
+from cohort.assignment.protocol.group_state import subscribed_counts
 from cohort.common.names import validate_group_name
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka_client import read_partition_counts
-from cohort.pipelines.kafka_client import watermarks as fetched_watermarks
+from cohort.pipelines.kafka.client import read_partition_counts
+from cohort.pipelines.kafka.client import watermarks as fetched_watermarks
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
 
@@ -157,7 +157,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def get_mirror(self) -> Any:
         """The `OffsetMirror` copying ledger commits to Kafka's committed offsets under the group id."""
-        from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
+        from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 
         return KafkaOffsetMirror(self.client_config())
 
@@ -191,7 +191,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(first available offset, end offset) per partition; the end offset is the one a fetch from the
-        high watermark confirms (`cohort.pipelines.kafka_client.watermarks`), so lag counts every record."""
+        high watermark confirms (`cohort.pipelines.kafka.client.watermarks`), so lag counts every record."""
         try:
             return fetched_watermarks(self.client_config(), partitions, timeout_s=self.request_timeout_s)
         except KafkaException as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from cohort.pipelines.registry import RegistryConnection, check_registry_url
+from cohort.pipelines.formats.registry import RegistryConnection, check_registry_url
 
 __all__ = ["SchemaRegistryResource"]
 

@@ -29,7 +29,7 @@ from cohort.airflow.slot import AirflowGroup, run_slot
 from cohort.airflow.trigger import GroupWatchTrigger, group_settings
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.names import safe_name
-from cohort.pipelines.slot_batch import BatchRunner
+from cohort.runtime.slot_batch import BatchRunner
 
 __all__ = ["cohort_dag", "signal_asset", "slots_for"]
 

@@ -2,7 +2,7 @@
 
 Each topic is an Airflow asset named as Airflow's Kafka assets are, `kafka://<bootstrap server>/<topic>`; a
 slot's task emits one event per topic partition it consumed, its `extra` the range's record
-(`cohort.pipelines.lineage.ConsumedRange`: `cohort/partition`, `cohort/from_offset`, `cohort/until_offset`,
+(`cohort.runtime.lineage.ConsumedRange`: `cohort/partition`, `cohort/from_offset`, `cohort/until_offset`,
 `cohort/records`, `cohort/quarantined`, `cohort/lag_after`, ...). Several events for one asset from one task
 go through the group's asset alias (`cohort-<group>`): an asset's own outlet accessor merges extras into one
 event, an alias emits one per distinct extra.
@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from cohort.pipelines.lineage import ConsumedRange
+from cohort.runtime.lineage import ConsumedRange
 
 __all__ = ["emit", "group_alias", "topic_asset", "topic_uri"]
 

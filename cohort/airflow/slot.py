@@ -1,7 +1,7 @@
 """One worker slot as an Airflow task: join as the slot's static member, run the batch, emit the audit trail, leave.
 
 The body of the DAG's mapped task (`cohort.airflow.dag`): the same group protocol, Spark batch, fenced ledger and
-Kafka mirror as a Dagster worker run (`cohort.pipelines.slot_batch`), with the Airflow task instance as the
+Kafka mirror as a Dagster worker run (`cohort.runtime.slot_batch`), with the Airflow task instance as the
 run. Its ledger run id is `airflow:<dag_id>/<run_id>/slot-<n>/try-<k>`: a retry of the mapped task keeps its
 slot (Airflow keeps the map index across tries) and gets a new id, so the ledger tells the tries apart. A task
 that committed and then died never had its asset events registered (Airflow registers a task's outlet events
@@ -23,16 +23,16 @@ from cohort.airflow.lineage import emit
 from cohort.airflow.trail import AIRFLOW_TRAIL, AirflowTrail
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.group_state import subscribed_counts
-from cohort.assignment.trail_reader import read_trail, settle_trail, unreported
+from cohort.assignment.ledger.trail_reader import read_trail, settle_trail, unreported
+from cohort.assignment.protocol.group_state import subscribed_counts
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka_client import read_partition_counts, watermarks
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
-from cohort.pipelines.lineage import ConsumedRange, consumed_ranges, reported_range
-from cohort.pipelines.slot_batch import BatchRunner, run_slot_batch
+from cohort.pipelines.kafka.client import read_partition_counts, watermarks
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 from cohort.pipelines.spark import close_session, open_session
 from cohort.pipelines.spec import PipelineSpec
+from cohort.runtime.lineage import ConsumedRange, consumed_ranges, reported_range
+from cohort.runtime.slot_batch import BatchRunner, run_slot_batch
 
 __all__ = ["AirflowGroup", "SlotReport", "earlier_ranges", "ledger_run_id", "run_slot"]
 
@@ -100,7 +100,7 @@ def earlier_ranges(
     succeeds) leaves them; the slot's next task instance, a retry or a later run's, reports them.
 
     Only the ledger entries and the group alias's events since each partition's trail mark are read (the marks
-    then move on over what the events show: cohort.assignment.trail), whatever the history's length."""
+    then move on over what the events show: cohort.assignment.ledger.trail), whatever the history's length."""
     partitions = [TopicPartition(topic, p) for topic, count in sorted(counts.items()) for p in range(count)]
     marks = coordinator.trail_marks(group.group, AIRFLOW_TRAIL, partitions)
     source = AirflowTrail(inlet_events, group.group, marks)

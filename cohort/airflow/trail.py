@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cohort.airflow.lineage import group_alias
-from cohort.assignment.trail import TrailEvent, TrailMark
+from cohort.assignment.ledger.trail import TrailEvent, TrailMark
 from cohort.common.types import TopicPartition
 
 __all__ = ["AIRFLOW_TRAIL", "AirflowTrail"]

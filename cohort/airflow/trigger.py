@@ -23,7 +23,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from cohort.airflow.connection import config_from_extra, store_url_from_env
 from cohort.airflow.watch import GroupWatch
-from cohort.assignment.group_state import subscribed_counts
+from cohort.assignment.protocol.group_state import subscribed_counts
 from cohort.assignment.worker_group import WorkerGroup
 
 __all__ = ["GroupWatchTrigger", "group_settings", "worker_group_of"]
@@ -81,7 +81,7 @@ class GroupWatchTrigger(BaseEventTrigger):
         from airflow.sdk import Connection
         from confluent_kafka.admin import AdminClient
 
-        from cohort.pipelines.kafka_client import read_partition_counts
+        from cohort.pipelines.kafka.client import read_partition_counts
 
         group = worker_group_of(self.group, self.store_url_env)
         connection = await Connection.async_get(self.kafka_conn_id)

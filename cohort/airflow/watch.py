@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import GroupIdNotFoundError
-from cohort.assignment.group_state import CLEAN_LEAVE, EventKind, GroupEvent
+from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind, GroupEvent
 from cohort.assignment.worker_group import WorkerGroup
 
 __all__ = ["GroupWatch", "Signal", "WatchState", "decide_signals"]

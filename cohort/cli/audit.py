@@ -2,7 +2,7 @@
 
 Gathering reads the coordinator's ledger (page by page), the sink's and the quarantine's trees (through pyarrow:
 names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's committed offsets; the comparison
-is `cohort.pipelines.sink_audit` (and `table_audit` for Delta and Iceberg). Besides the partitions, it names
+is `cohort.pipelines.sink.audit` (and `table_audit` for Delta and Iceberg). Besides the partitions, it names
 what readers read outside the ledger's partition folders (and, for a table, old data files no version
 references). A replay an offset reset left pending is said, and is no divergence. `--repair` applies the safe
 repairs (re-mirror Kafka behind the ledger, publish a committed range from its run's staged output; for tables,
@@ -23,9 +23,7 @@ import click
 from cohort.assignment.coordinator import Coordinator
 from cohort.cli.kafka import kafka_errors, kafka_for
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
-from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.sink_audit import (
+from cohort.pipelines.sink.audit import (
     MIRROR,
     PUBLISH,
     REPAIR_HINTS,
@@ -35,10 +33,12 @@ from cohort.pipelines.sink_audit import (
     read_records,
     stray_findings,
 )
+from cohort.pipelines.sink.layout import SinkLayout
+from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 
 if TYPE_CHECKING:
-    from cohort.pipelines.table_audit import TableFiles
-    from cohort.pipelines.table_store import TableStore
+    from cohort.pipelines.tables.audit import TableFiles
+    from cohort.pipelines.tables.store import TableStore
     from cohort.resources.kafka import KafkaResource
 
 __all__ = ["PartitionAudit", "SinkTarget", "audit_group"]
@@ -69,7 +69,7 @@ class SinkTarget:
     def tables(self, table_format: str) -> tuple[TableStore, TableStore]:
         """(sink, quarantine) tables; click's BadParameter for settings the spec refuses."""
         from cohort.pipelines.spec import PipelineSpec
-        from cohort.pipelines.table_batch import open_tables
+        from cohort.pipelines.tables.batch import open_tables
 
         try:
             spec = PipelineSpec(
@@ -186,7 +186,7 @@ def _audit_tables(
     now: float | None,
 ) -> GroupAudit:
     """Every partition of a table sink, and the unreferenced data files outside the ledger's partitions."""
-    from cohort.pipelines.table_audit import delete_unreferenced, unreferenced_outside, unreferenced_table_files
+    from cohort.pipelines.tables.audit import delete_unreferenced, unreferenced_outside, unreferenced_table_files
 
     on_disk = unreferenced_table_files(tables, now=time.time() if now is None else now)
     audits = [_audit_table(coordinator, group, tp, tables, fs, committed, kafka, repair, on_disk) for tp in tps]
@@ -236,7 +236,7 @@ def _audit_table(
     on_disk: TableFiles,
 ) -> PartitionAudit:
     """One partition of a table sink: audited, and with `repair` repaired and audited again."""
-    from cohort.pipelines.table_audit import audit_table_partition, repair_table_partition
+    from cohort.pipelines.tables.audit import audit_table_partition, repair_table_partition
 
     def audited(
         kafka_offsets: Mapping[TopicPartition, int | None] | None, files: TableFiles
@@ -339,7 +339,7 @@ def _print(group: str, found: GroupAudit, as_json: bool, *, compared_kafka: bool
         click.echo(json.dumps(payload))
         return
     from cohort.cli.tables import print_table
-    from cohort.pipelines.table_audit import TABLE_REPAIR_HINTS
+    from cohort.pipelines.tables.audit import TABLE_REPAIR_HINTS
 
     hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
     columns = ["TOPIC", "PARTITION", "LEDGER", "KAFKA", "SINK-DIRS", "QUARANTINE-DIRS", "STATUS"]

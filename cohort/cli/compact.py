@@ -10,8 +10,8 @@ import click
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import FoldConflictError
-from cohort.assignment.resets import parse_datetime, parse_duration
-from cohort.assignment.retention_run import RetentionPlan, apply_retention_plan, plan_retention
+from cohort.assignment.ledger.resets import parse_datetime, parse_duration
+from cohort.assignment.ledger.retention_run import RetentionPlan, apply_retention_plan, plan_retention
 
 __all__ = ["compact_group", "parse_cutoff"]
 

@@ -2,10 +2,10 @@
 --execute). The command and its options are declared in cohort.cli.main with the others.
 
 The staging areas under the sink's and the quarantine's `_staging` (or a table sink's two tables') are judged by
-`cohort.pipelines.staging_gc`: an attempt's area goes once its run is not a live member of the group, nothing
+`cohort.pipelines.sink.staging_gc`: an attempt's area goes once its run is not a live member of the group, nothing
 under it changed for the grace period and no committed range waits in it to be published. For a Delta or
 Iceberg sink, the data files no version of the table references (found as `cohort audit` finds them,
-`cohort.pipelines.table_files`: older than its own grace period) go too, except those of a live member's run,
+`cohort.pipelines.tables.files`: older than its own grace period) go too, except those of a live member's run,
 which may still commit them. Unlike `cohort audit --repair` it runs while the group has members, so a
 deployment can schedule it.
 """
@@ -18,23 +18,23 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cohort.pipelines.arrow_sink import ArrowFs, arrow_filesystem
-from cohort.pipelines.sink import attempt_run_tag, default_quarantine_root, run_tag
-from cohort.pipelines.staging_collect import StagingCollection, collect_staging, group_view, staging_roots
-from cohort.pipelines.staging_gc import STAGING_GRACE_S
-from cohort.pipelines.table_store import parse_data_path
+from cohort.pipelines.sink.layout import attempt_run_tag, default_quarantine_root, run_tag
+from cohort.pipelines.sink.staging_collect import StagingCollection, collect_staging, group_view, staging_roots
+from cohort.pipelines.sink.staging_gc import STAGING_GRACE_S
+from cohort.pipelines.tables.store import parse_data_path
+from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 
 if TYPE_CHECKING:
     from cohort.assignment.coordinator import Coordinator
     from cohort.cli.audit import SinkTarget
-    from cohort.pipelines.table_store import TableStore
+    from cohort.pipelines.tables.store import TableStore
 
 __all__ = ["GcOutcome", "gc_group", "parse_grace"]
 
 
 def parse_grace(text: str) -> float:
     """`--grace`: an ISO 8601 duration (`PT1H`, `P1D`), in seconds."""
-    from cohort.assignment.resets import parse_duration
+    from cohort.assignment.ledger.resets import parse_duration
 
     try:
         return parse_duration(text).total_seconds()
@@ -93,7 +93,7 @@ def _table_files(
     fs: ArrowFs, tables: tuple[TableStore, TableStore], live: frozenset[str], outcome: GcOutcome, *, now: float
 ) -> GcOutcome:
     """The tables' data files no version references (`cohort audit`'s rule and code), less a live run's."""
-    from cohort.pipelines.table_audit import delete_unreferenced, unreferenced_table_files
+    from cohort.pipelines.tables.audit import delete_unreferenced, unreferenced_table_files
 
     found = unreferenced_table_files(tables, now=now)
     live_tags = {run_tag(run) for run in live}

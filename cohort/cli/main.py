@@ -140,7 +140,7 @@ def _coordinator(store_url: str | None) -> Iterator[Coordinator]:
 
     from cohort.assignment.coordinator import Coordinator
     from cohort.assignment.errors import StoreError
-    from cohort.assignment.store import SqlGroupStore
+    from cohort.assignment.store.sql import SqlGroupStore
 
     try:
         coordinator = Coordinator(SqlGroupStore.from_url(_store_url(store_url), create=False))

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from cohort.assignment import Subscription, get_assignor
-from cohort.assignment.backlog import run_assignor
 from cohort.assignment.coordinator import Coordinator
+from cohort.assignment.protocol.backlog import run_assignor
 from cohort.assignment.types import Assignment
 from cohort.common.types import TopicPartition
 
@@ -111,7 +111,7 @@ def reset_rows(coordinator: Coordinator, group: str, rows: Sequence[DescribeRow]
     """The `last` offset resets of the partitions `rows` describe, oldest first."""
     from datetime import UTC, datetime
 
-    from cohort.assignment.messages import RESET
+    from cohort.assignment.protocol.messages import RESET
 
     described = {(row.topic, row.partition) for row in rows}
     found = [

@@ -1,7 +1,7 @@
 """`cohort reset-offsets`: from the command's options to a reset, and its plan printed.
 
 Reading the options (`ResetOptions.target`, `ResetOptions.selection`) gives plain values; `reset_group` checks
-the partitions against Kafka and applies the reset through `cohort.pipelines.offset_reset.apply_reset`, the path a
+the partitions against Kafka and applies the reset through `cohort.runtime.offset_reset.apply_reset`, the path a
 replay run started from an orchestrator takes too: the plan, the ledger's reset entries, the mirror to Kafka's
 committed offsets. A dry run reads only.
 """
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import click
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.resets import PartitionReset, ResetTarget, parse_datetime, parse_duration
+from cohort.assignment.ledger.resets import PartitionReset, ResetTarget, parse_datetime, parse_duration
 from cohort.common.names import InvalidNameError, validate_topic_name
 from cohort.common.types import TopicPartition
 
@@ -121,8 +121,8 @@ def reset_group(
     """Plan the reset (and apply it with `execute`), print the plan, return it."""
     from cohort.assignment.errors import CoordinatorError
     from cohort.cli.kafka import kafka_errors, kafka_for
-    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
-    from cohort.pipelines.offset_reset import OperatorLedger, apply_reset
+    from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
+    from cohort.runtime.offset_reset import OperatorLedger, apply_reset
 
     target = options.target(now or datetime.now(UTC))
     selection = options.selection()

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from cohort.assignment.resets import PartitionReset
+    from cohort.assignment.ledger.resets import PartitionReset
     from cohort.assignment.views import GroupDescription
     from cohort.cli.ops import DescribeRow, ResetRow
 

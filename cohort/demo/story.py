@@ -32,7 +32,7 @@ import dagster as dg
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import EventKind
+from cohort.assignment.protocol.group_state import EventKind
 from cohort.demo.definitions import DEMO_GROUP, DEMO_TOPIC, demo_config, demo_definitions
 from cohort.devtools.topics import create_topic, produce
 from cohort.resources.kafka import KafkaResource

@@ -10,7 +10,7 @@ upgrade that changes one is noticed). Cohort's code is written for real Kafka an
 - No CreatePartitions: a topic cannot grow. Partition growth is tested through pattern subscriptions
   (a new matching topic) plus a focused test of the partition-count path.
 - The high watermark is the base offset of the last produced batch + 1. Cohort takes end offsets from a
-  fetch from the watermark (`cohort.pipelines.kafka_client.watermarks`), which returns the rest of that
+  fetch from the watermark (`cohort.pipelines.kafka.client.watermarks`), which returns the rest of that
   batch, so plans and lag cover every record an ordinary batching producer wrote.
 - `offsets_for_times` always answers offset 0: the timestamp reset policy cannot be tested against Tansu.
 - `read_committed` does not hide aborted transactional records.

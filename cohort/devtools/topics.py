@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.common.names import validate_topic_name
-from cohort.pipelines.kafka_client import KafkaConfig, read_partition_counts
+from cohort.pipelines.kafka.client import KafkaConfig, read_partition_counts
 
 __all__ = ["create_topic", "partition_counts", "produce"]
 

@@ -19,7 +19,7 @@ import pyspark.sql.types as T
 
 from cohort.airflow import AirflowGroup, cohort_dag
 from cohort.assignment.worker_group import WorkerGroup
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 
 EVENT = T.StructType([T.StructField("id", T.LongType(), nullable=False), T.StructField("kind", T.StringType())])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import CLEAN_LEAVE, EventKind
+from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind
 from tests.airflow.support import dag_test, guide_dag, make_home
 
 GROUP = "orders-airflow-local"

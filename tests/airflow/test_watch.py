@@ -14,8 +14,8 @@ from cohort.airflow.trigger import GroupWatchTrigger, group_settings, worker_gro
 from cohort.airflow.watch import GroupWatch, WatchState, decide_signals
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import EventKind, GroupEvent, GroupState
-from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.assignment.protocol.group_state import EventKind, GroupEvent, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest
 from cohort.assignment.worker_group import WorkerGroup
 
 GROUP = WorkerGroup("g", topics=("t",), worker_slots=3, initial_rebalance_delay_s=0.0, session_timeout_s=10.0)

@@ -34,7 +34,7 @@ PROBE_SCHEMA = pa.schema(_PROBE_FIELDS)
 def probe_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One row per task: the Python worker's working directory (the executor's directory, under its worker's
     work dir), its pid and the modules it has imported (worker reuse: it is the process that ran the batch's
-    reading tasks on that executor, if `cohort.pipelines.reader` is among them)."""
+    reading tasks on that executor, if `cohort.pipelines.tasks.reader` is among them)."""
     for _ in batches:
         pass
     yield pa.RecordBatch.from_pylist(
@@ -75,7 +75,7 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
 
     from cohort.assignment.coordinator import Coordinator
     from cohort.common.types import TopicPartition
-    from cohort.pipelines.batch import run_batch
+    from cohort.pipelines.batch.run import run_batch
     from cohort.pipelines.spark import build_session
     from cohort.pipelines.spec import PipelineSpec
     from tests.pipeline.conftest import ORDER_SCHEMA, Order

@@ -31,19 +31,19 @@ PER_PARTITION = 500
 PER_TASK = 100  # 20 spans, dealt to one reading task per core of the two one-core executors
 
 EXECUTOR_MODULES = {
-    "cohort.pipelines.reader",
-    "cohort.pipelines.records",
-    "cohort.pipelines.native_reader",
-    "cohort.pipelines._kafka_arrow",
-    "cohort.pipelines.decode",
-    "cohort.pipelines.flat_json",
-    "cohort.pipelines._flat_json",
-    "cohort.pipelines.validate",
-    "cohort.pipelines.checked",
-    "cohort.pipelines.arrow_sink",
-    "cohort.pipelines.arrow_transform",
-    "cohort.pipelines.transformed_sink",
-    "cohort.pipelines.sink",
+    "cohort.pipelines.tasks.reader",
+    "cohort.pipelines.tasks.records",
+    "cohort.pipelines.tasks.native_reader",
+    "cohort.pipelines.tasks._kafka_arrow",
+    "cohort.pipelines.formats.decode",
+    "cohort.pipelines.formats.flat_json",
+    "cohort.pipelines.formats._flat_json",
+    "cohort.pipelines.tasks.validate",
+    "cohort.pipelines.tasks.checked",
+    "cohort.pipelines.tasks.writer",
+    "cohort.pipelines.tasks.arrow_transform",
+    "cohort.pipelines.tasks.transformed_writer",
+    "cohort.pipelines.sink.layout",
 }
 """The modules of cohort.pipelines a reading task may import (docs/architecture.md, "What runs where")."""
 DRIVER_ONLY = ("dagster", "pandera", "sqlalchemy", "cohort.assets", "cohort.resources", "cohort.assignment")
@@ -142,7 +142,7 @@ def test_batch_on_two_workers_lands_every_record_once(
     worker_of = spark_cluster.executor_workers(app)
     assert sorted(worker_of.values()) == [0, 1], worker_of
     tasks = out["tasks"][BATCH_GROUP]
-    assert len(tasks) == 2  # the spans dealt to one task per core (cohort.pipelines.reader.span_groups)
+    assert len(tasks) == 2  # the spans dealt to one task per core (cohort.pipelines.tasks.reader.span_groups)
     assert {t["reason"] for t in tasks} == {"Success"}
     per_worker = Counter(worker_of[t["executor"]] for t in tasks)
     assert set(per_worker) == {0, 1}, per_worker
@@ -153,7 +153,7 @@ def test_batch_on_two_workers_lands_every_record_once(
         executor_dir = Path(row["cwd"])  # <worker work dir>/<app id>/<executor id>
         assert executor_dir.parent.name == app and executor_dir.name in worker_of
         modules = row["modules"]
-        assert "cohort.pipelines.reader" in modules, "the probe ran in a Python worker that read nothing"
+        assert "cohort.pipelines.tasks.reader" in modules, "the probe ran in a Python worker that read nothing"
         assert {m for m in modules if m.startswith("cohort.pipelines.")} <= EXECUTOR_MODULES
         assert driver_only(modules) == []
 
@@ -191,7 +191,7 @@ def test_missing_executor_dependency_fails_the_batch_naming_it(
     )
 
     error = out["error"]  # one sentence: the module, the executors' interpreter (from spark.pyspark.python)
-    assert error["type"] == "cohort.pipelines.executor_errors.ExecutorDependencyError", error
+    assert error["type"] == "cohort.pipelines.batch.executor_errors.ExecutorDependencyError", error
     assert error["message"].startswith("Spark executors cannot import 'confluent_kafka'"), error["message"]
     assert "python-without-confluent_kafka" in error["message"] and "\n" not in error["message"]
     # nothing committed, nothing published, the staging deleted

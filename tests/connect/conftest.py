@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from tests.support.spark_connect import ConnectClient, SparkConnectServer
 
 

@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.reader import read_stats_accumulator
-from cohort.pipelines.results import BatchResult
-from cohort.pipelines.sink import SinkError
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.sink.layout import SinkError
 from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.reader import read_stats_accumulator
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
 from tests.support.spark_connect import ConnectClient
 from tests.support.tables import duckdb_offsets, table_arrow, table_offsets

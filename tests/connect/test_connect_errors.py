@@ -10,7 +10,7 @@ import pytest
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
-from cohort.pipelines.registry import RegistryUnavailableError
+from cohort.pipelines.formats.registry import RegistryUnavailableError
 from tests.connect.test_connect_batch import batch_over_connect
 from tests.pipeline.test_registry_refusals import avro_orders, spec_for
 from tests.support.schema_registry import SchemaRegistryServer

@@ -61,8 +61,8 @@ def _run(setup_json: str, remote: str, report_path: str) -> int:
 
     from cohort.assets.factory import build_cohort_definitions
     from cohort.common.ledger import OffsetLedger, OffsetMirror
-    from cohort.pipelines.batch import run_batch
-    from cohort.pipelines.results import BatchResult
+    from cohort.pipelines.batch.results import BatchResult
+    from cohort.pipelines.batch.run import run_batch
     from cohort.pipelines.spark import is_connect
     from cohort.pipelines.spec import PipelineSpec
     from cohort.resources import KafkaResource, SparkResource

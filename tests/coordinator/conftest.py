@@ -8,9 +8,9 @@ import pytest
 
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
-from cohort.assignment.memory_store import MemoryGroupStore
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.protocol.group_state import GroupConfig
+from cohort.assignment.store.memory import MemoryGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 
 CoordinatorFactory = Callable[..., Coordinator]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember, RebalanceListener
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
 

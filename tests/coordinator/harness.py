@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import MemberIdRequiredError
-from cohort.assignment.group_state import EventKind, GroupState
-from cohort.assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
+from cohort.assignment.protocol.group_state import EventKind, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
 from cohort.common.types import OffsetRange, TopicPartition
 
 __all__ = ["Client", "state_path", "tp"]

@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.common.types import TopicPartition
 from tests.coordinator.contention_worker import GROUP, TOPIC, run_worker
 

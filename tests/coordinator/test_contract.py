@@ -21,8 +21,8 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import REMEMBERED_CLAIMS, EventKind, GroupConfig, GroupState
-from cohort.assignment.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete
+from cohort.assignment.protocol.group_state import REMEMBERED_CLAIMS, EventKind, GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinPending, JoinRequest, SyncComplete
 from cohort.assignment.types import COOPERATIVE, EAGER
 from cohort.common.names import InvalidNameError
 from cohort.common.types import OffsetRange

@@ -15,11 +15,11 @@ import pytest
 from cohort.assignment.clock import ManualClock, SystemClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import FencedInstanceIdError, UnknownMemberIdError
-from cohort.assignment.group_state import GroupConfig, GroupState
 from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
-from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
 from cohort.assignment.settings import MemberSettings
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.store.memory import MemoryGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.assignment.types import EAGER, Subscription
 from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition

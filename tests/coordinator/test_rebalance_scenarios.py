@@ -15,8 +15,8 @@ import pytest
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import RebalanceInProgressError, UnknownMemberIdError
-from cohort.assignment.group_state import GroupConfig, GroupState
-from cohort.assignment.messages import JoinComplete, JoinPending, SyncComplete, SyncPending
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinPending, SyncComplete, SyncPending
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.harness import Client, count_transitions, state_path
 

@@ -14,7 +14,7 @@ from cohort.assignment.errors import (
     NonEmptyGroupError,
     PartitionNotOwnedError,
 )
-from cohort.assignment.messages import RESET
+from cohort.assignment.protocol.messages import RESET
 from cohort.common.types import OffsetRange
 from tests.coordinator.harness import Client, tp
 

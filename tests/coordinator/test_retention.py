@@ -7,9 +7,9 @@ import pytest
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import FoldConflictError
-from cohort.assignment.messages import FOLD
-from cohort.assignment.retention_run import apply_retention_plan, plan_retention
-from cohort.assignment.trail import TrailMark
+from cohort.assignment.ledger.retention_run import apply_retention_plan, plan_retention
+from cohort.assignment.ledger.trail import TrailMark
+from cohort.assignment.protocol.messages import FOLD
 from cohort.common.types import OffsetRange
 from tests.coordinator.harness import Client, tp
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import NonContiguousRangeError, UnknownMemberIdError
-from cohort.assignment.group_state import GroupConfig, GroupState
-from cohort.assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore, create_store_engine
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
+from cohort.assignment.store.sql import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore, create_store_engine
 from cohort.common.types import OffsetRange
 from tests.coordinator.harness import Client, tp
 

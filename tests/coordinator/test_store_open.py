@@ -19,7 +19,7 @@ from cohort.assignment.errors import (
     StoreTransactionError,
     StoreUnavailableError,
 )
-from cohort.assignment.store import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore
+from cohort.assignment.store.sql import SCHEMA_VERSION, SchemaVersionError, SqlGroupStore
 from cohort.common.types import OffsetRange, TopicPartition
 
 UNREACHABLE = "postgresql+psycopg://cohort:s3cret@127.0.0.1:1/cohort"  # nothing listens on port 1
@@ -94,7 +94,7 @@ def test_without_create_another_schema_version_is_refused_untouched(tmp_path: Pa
 )
 def test_postgresql_connections_give_up_after_a_connect_timeout(url, timeout):
     """A host that drops packets would otherwise hang the caller for minutes; the URL may set its own."""
-    from cohort.assignment.schema import create_store_engine
+    from cohort.assignment.store.schema import create_store_engine
 
     engine = create_store_engine(url)
     seen: dict[str, object] = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.trail import TrailEvent, TrailMark
-from cohort.assignment.trail_reader import read_trail, settle_trail
+from cohort.assignment.ledger.trail import TrailEvent, TrailMark
+from cohort.assignment.ledger.trail_reader import read_trail, settle_trail
 from cohort.common.types import OffsetRange, TopicPartition
 from tests.coordinator.harness import tp
 

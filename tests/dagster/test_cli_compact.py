@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.common.types import OffsetRange, TopicPartition
 
 COHORT = str(Path(sys.executable).with_name("cohort"))

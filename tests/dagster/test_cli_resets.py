@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.group_state import GroupConfig
+from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.kafka_mirror import kafka_committed
+from cohort.pipelines.kafka.mirror import kafka_committed
 
 COHORT = str(Path(sys.executable).with_name("cohort"))
 

@@ -10,7 +10,7 @@ from cohort.assets.cursors import GroupCursor, MembershipCursor, TopicCursor
 from cohort.assets.factory import build_cohort_definitions, cohort_assets
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import ManualClock
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import TopicPartition
 from cohort.resources import KafkaResource
 from cohort.resources.group import CohortGroupResource
@@ -158,7 +158,7 @@ def test_membership_sensor_resumes_where_its_time_budget_stopped(sqlite_url, kaf
 def test_partitions_added_after_the_group_started_are_marked_new(sqlite_url):
     from cohort.assignment.coordinator import Coordinator
     from cohort.common.types import OffsetRange
-    from cohort.pipelines.slot_batch import new_partitions as _new_partitions
+    from cohort.runtime.slot_batch import new_partitions as _new_partitions
 
     coordinator = Coordinator.from_url(sqlite_url)
     ledger = coordinator.standalone_ledger("grower")

@@ -18,9 +18,9 @@ from cohort.assets.replay import REPLAY_TAG
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.kafka_mirror import kafka_committed
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.kafka.mirror import kafka_committed
 from tests.dagster.support import Setup, config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()

@@ -17,8 +17,8 @@ from cohort.assets.cursors import MembershipCursor, TopicCursor
 from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import ManualClock
-from cohort.assignment.group_state import GroupState
-from cohort.assignment.messages import JoinComplete, JoinRequest
+from cohort.assignment.protocol.group_state import GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest
 from cohort.resources import KafkaResource
 from cohort.resources.group import CohortGroupResource
 

@@ -15,7 +15,7 @@ import pytest
 from cohort.assets.factory import build_cohort_definitions
 from cohort.assets.translator import CohortConfig
 from cohort.assignment.clock import ManualClock
-from cohort.assignment.group_state import EventKind
+from cohort.assignment.protocol.group_state import EventKind
 from cohort.resources.group import CohortGroupResource
 from tests.dagster.test_sensors import ScriptedKafka, _form_group, _run, _tick
 

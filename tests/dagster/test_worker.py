@@ -12,7 +12,7 @@ from cohort.assets.checks import AUDIT_TAG
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.assignment.clock import ManualClock
-from cohort.pipelines.sink import range_dir_name
+from cohort.pipelines.sink.layout import range_dir_name
 from tests.dagster.support import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
@@ -170,7 +170,7 @@ def test_any_later_run_of_the_slot_reports_ranges_that_lost_runs_committed(
     reports A's ranges from the ledger, so the audit closes whoever comes next."""
     from cohort.assignment.member import GroupMember
     from cohort.common.types import OffsetRange
-    from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
+    from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 
     topic = topic_factory(2, suffix="lost")
     produce_records(topic, json_records(8, 2))

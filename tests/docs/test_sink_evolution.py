@@ -19,9 +19,9 @@ import pyspark.sql.types as T
 import pytest
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from tests.support.doc_blocks import replace_all, titled_blocks
 

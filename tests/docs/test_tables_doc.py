@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.iceberg_store import CATALOG_NAME
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.table_batch import open_tables
-from cohort.pipelines.table_store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
+from cohort.pipelines.tables.batch import open_tables
+from cohort.pipelines.tables.iceberg import CATALOG_NAME
+from cohort.pipelines.tables.store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "tables.md"
 BLOCK = re.compile(r'^```python title="open the Iceberg tables"\n(?P<body>.*?)^```$', re.MULTILINE | re.DOTALL)

@@ -161,7 +161,7 @@ def test_the_guide_lands_its_topic(broker: Any, tmp_path: Path) -> None:
 
     # and they were mirrored to Kafka under the group id
     from cohort.common.types import TopicPartition
-    from cohort.pipelines.kafka_mirror import kafka_committed
+    from cohort.pipelines.kafka.mirror import kafka_committed
 
     mirrored = kafka_committed(
         {"bootstrap.servers": broker.bootstrap_servers}, GROUP, [TopicPartition(TOPIC, p) for p in (0, 1)]

@@ -61,7 +61,7 @@ import pytest
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import RERUN_TAG, SLOT_TAG
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import EventKind, GroupEvent
+from cohort.assignment.protocol.group_state import EventKind, GroupEvent
 from cohort.devtools.topics import produce
 from tests.dagster.ui_support import poll, run_failure_messages
 from tests.multihost.host_definitions import ENV_PREFIX

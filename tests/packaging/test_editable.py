@@ -28,7 +28,7 @@ MODULE_FILES = {
     "cohort.common": "common/__init__.py",
     "cohort.assignment.coordinator": "assignment/coordinator.py",
     "cohort.assignment.assignors.sticky": "assignment/assignors/sticky.py",
-    "cohort.pipelines.reader": "pipelines/reader.py",
+    "cohort.pipelines.tasks.reader": "pipelines/tasks/reader.py",
     "cohort.resources.group": "resources/group.py",
     "cohort.assets.factory": "assets/factory.py",
 }

@@ -17,28 +17,28 @@ from tests.packaging.support import DEV_PYTHON, clean_env, run
 
 EXECUTOR_MODULES = (
     "cohort.common",
-    "cohort.pipelines.reader",
-    "cohort.pipelines.records",
-    "cohort.pipelines.native_reader",
-    "cohort.pipelines._kafka_arrow",
-    "cohort.pipelines.decode",
-    "cohort.pipelines.flat_json",
-    "cohort.pipelines._flat_json",
-    "cohort.pipelines.checked",
-    "cohort.pipelines.validate",
-    "cohort.pipelines.sink",
-    "cohort.pipelines.arrow_sink",
-    "cohort.pipelines.transformed_sink",
-    "cohort.pipelines.arrow_transform",
-    "cohort.pipelines.registry_decode",
-    "cohort.pipelines.framing",
-    "cohort.pipelines.registry",
-    "cohort.pipelines.avro_columns",
-    "cohort.pipelines.avro_cursor",
-    "cohort.pipelines.avro_defaults",
-    "cohort.pipelines.avro_match",
-    "cohort.pipelines.avro_schema",
-    "cohort.pipelines.python_daemon",
+    "cohort.pipelines.tasks.reader",
+    "cohort.pipelines.tasks.records",
+    "cohort.pipelines.tasks.native_reader",
+    "cohort.pipelines.tasks._kafka_arrow",
+    "cohort.pipelines.formats.decode",
+    "cohort.pipelines.formats.flat_json",
+    "cohort.pipelines.formats._flat_json",
+    "cohort.pipelines.tasks.checked",
+    "cohort.pipelines.tasks.validate",
+    "cohort.pipelines.sink.layout",
+    "cohort.pipelines.tasks.writer",
+    "cohort.pipelines.tasks.transformed_writer",
+    "cohort.pipelines.tasks.arrow_transform",
+    "cohort.pipelines.formats.registry_decode",
+    "cohort.pipelines.formats.framing",
+    "cohort.pipelines.formats.registry",
+    "cohort.pipelines.formats.avro.columns",
+    "cohort.pipelines.formats.avro.cursor",
+    "cohort.pipelines.formats.avro.defaults",
+    "cohort.pipelines.formats.avro.match",
+    "cohort.pipelines.formats.avro.schema",
+    "cohort.pipelines.tasks.python_daemon",
 )
 """What a reading task runs: the read (reader), decoding (the Schema Registry formats too: their clients load only
 when a task decodes such a record), checks and the Parquet writer with its layout (sink)."""
@@ -54,6 +54,7 @@ ALLOWED_COHORT = frozenset(
         "cohort.common.validation",
         "cohort.pipelines",
         *EXECUTOR_MODULES,
+        *(m.rpartition(".")[0] for m in EXECUTOR_MODULES),  # their packages (rooms: tasks, formats, sink)
     }
 )
 """The Cohort modules a reading task may load."""
@@ -151,14 +152,14 @@ def test_the_executor_modules_import_nothing_heavy(tmp_path: Path) -> None:
 
 
 def test_the_worker_daemon_preloads_reading_modules_only(tmp_path: Path) -> None:
-    """Spark's Python worker daemon (cohort.pipelines.python_daemon) imports, before it forks the workers, what a
+    """Spark's Python worker daemon (cohort.pipelines.tasks.python_daemon) imports, before it forks the workers, what a
     reading task imports and nothing heavier; each module it names exists."""
-    code = "import importlib\nfrom cohort.pipelines import python_daemon\n"
+    code = "import importlib\nfrom cohort.pipelines.tasks import python_daemon\n"
     code += "for name in python_daemon.PRELOADED:\n    importlib.import_module(name)\n"
     report = _probe(code, tmp_path)
     offenders = _offenders(report, ALLOWED_COHORT, ALLOWED_THIRD_PARTY)
     assert not offenders, f"the worker daemon preloads more than a reading task needs:\n{offenders}"
-    from cohort.pipelines.python_daemon import PRELOADED
+    from cohort.pipelines.tasks.python_daemon import PRELOADED
 
     assert {m for m in PRELOADED if m.startswith("cohort.")} <= set(EXECUTOR_MODULES)
 
@@ -171,10 +172,10 @@ import pandera.pyspark as pa
 import pyspark.sql.types as T
 from pyspark.serializers import CloudPickleSerializer
 
-from cohort.pipelines.arrow_sink import ArrowStagedWriter
-from cohort.pipelines.frames import checked_frame
-from cohort.pipelines.reader import OffsetSpan
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.tasks.writer import ArrowStagedWriter
+from cohort.pipelines.batch.frames import checked_frame
+from cohort.pipelines.tasks.reader import OffsetSpan
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 
 sink, out = sys.argv[1], sys.argv[2]
@@ -242,7 +243,7 @@ def process_of(task):
     raise LookupError("no span processor in the task's closures")
 
 
-reader = sys.modules["cohort.pipelines.reader"]
+reader = sys.modules["cohort.pipelines.tasks.reader"]
 span = reader.OffsetSpan("orders", 0, 0, 3)
 values = [b'{"id": 1, "amount": 2.5}', b'{"id": -1}', b"not json"]
 raw = pa.RecordBatch.from_pylist(
@@ -271,7 +272,11 @@ def test_the_pickled_reading_tasks_load_nothing_heavy(tmp_path: Path) -> None:
     offenders = _offenders(report, ALLOWED_COHORT, ALLOWED_THIRD_PARTY)
     assert not offenders, f"a reading task loads more than it needs:\n{offenders}"
     loaded = {n for n in report.new if n.startswith("cohort.")}
-    assert {"cohort.pipelines.reader", "cohort.pipelines.checked", "cohort.pipelines.arrow_sink"} <= loaded, loaded
+    assert {
+        "cohort.pipelines.tasks.reader",
+        "cohort.pipelines.tasks.checked",
+        "cohort.pipelines.tasks.writer",
+    } <= loaded, loaded
 
 
 def test_the_layer_packages_load_neither_sqlalchemy_nor_spark_sql(tmp_path: Path) -> None:

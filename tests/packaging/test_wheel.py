@@ -84,7 +84,7 @@ def test_the_fresh_venv_imports_every_module_from_the_wheel(wheel_venv: Path, tm
     installed = venv_site_packages(wheel_venv) / "cohort"
     outside = {name: path for name, path in found["modules"].items() if not Path(path).is_relative_to(installed)}
     assert not outside, f"modules not imported from the wheel's install in {installed}: {outside}"
-    assert {"cohort.assets.factory", "cohort.pipelines.reader", "cohort.assignment.coordinator"} <= set(
+    assert {"cohort.assets.factory", "cohort.pipelines.tasks.reader", "cohort.assignment.coordinator"} <= set(
         found["modules"]
     )
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

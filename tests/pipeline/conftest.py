@@ -16,7 +16,7 @@ import pyspark.sql.types as T
 import pytest
 
 from cohort.assignment.coordinator import Coordinator, StandaloneLedger
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 
 _groups = itertools.count()
 

@@ -9,7 +9,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from cohort.pipelines.arrow_sink import arrow_compression, arrow_filesystem
+from cohort.pipelines.tasks.writer import arrow_compression, arrow_filesystem
 
 
 @pytest.mark.parametrize("codec", ["snappy", "gzip", "zstd", "lz4", "none", "uncompressed"])

@@ -14,9 +14,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.executor_errors import ReadingTaskError
-from cohort.pipelines.sink import SinkError
+from cohort.pipelines.batch.executor_errors import ReadingTaskError
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.sink.layout import SinkError
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 from tests.pipeline.test_audit_cli import cohort_audit

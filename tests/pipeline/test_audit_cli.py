@@ -15,10 +15,10 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import TopicPartition
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, run_batch
-from cohort.pipelines.sink import MARKER_PREFIX, STAGING, range_dir_name
+from cohort.pipelines.sink.layout import MARKER_PREFIX, STAGING, range_dir_name
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 COHORT = str(Path(sys.executable).with_name("cohort"))

@@ -16,8 +16,8 @@ from pyspark.sql import functions as F
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
-from cohort.pipelines.sink import range_dir_name
-from cohort.pipelines.sink_tree import DUCKDB_GLOB
+from cohort.pipelines.sink.layout import range_dir_name
+from cohort.pipelines.sink.tree import DUCKDB_GLOB
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 from tests.pipeline.test_audit_cli import cohort_audit
 

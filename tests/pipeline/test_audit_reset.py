@@ -19,8 +19,8 @@ import pytest
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.pipelines import KafkaOffsetMirror
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.table_files import UNREFERENCED_GRACE_S
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
 from tests.pipeline.test_audit_cli import COHORT, cohort_audit
 from tests.pipeline.test_table_sinks import expected, records, spec_for
 from tests.support.tables import table_offsets

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.table_files import UNREFERENCED_GRACE_S
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
 from tests.pipeline.test_audit_cli import cohort_audit, problems
 from tests.pipeline.test_audit_reset import _age
 from tests.pipeline.test_table_sinks import Died, die, expected, forget_history, hook, records, spec_for

@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from cohort.assignment.coordinator import StandaloneLedger
 from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
-from cohort.pipelines.registry import RegistryConnection
+from cohort.pipelines.formats.registry import RegistryConnection
 from tests.support.schema_registry import SchemaRegistryServer
 
 OLDER = {

@@ -10,8 +10,8 @@ from cohort.assignment.errors import UnknownMemberIdError
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.plan import OffsetOutOfRangeError
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.planning.plan import OffsetOutOfRangeError
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 

@@ -11,11 +11,11 @@ from collections import Counter
 from confluent_kafka import Consumer, Producer
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.kafka_client import read_watermarks, watermarks
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
-from cohort.pipelines.reader import OffsetSpan, read_range
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.kafka.client import read_watermarks, watermarks
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.reader import OffsetSpan, read_range
 from cohort.resources.kafka import KafkaResource
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
 

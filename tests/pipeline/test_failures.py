@@ -9,8 +9,8 @@ from pyspark.sql.types import LongType
 
 from cohort.common.types import TopicPartition
 from cohort.devtools.topics import produce
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order, range_dirs
 

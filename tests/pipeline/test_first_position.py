@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order, range_dirs
 

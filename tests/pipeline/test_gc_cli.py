@@ -19,8 +19,8 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs
-from cohort.pipelines.sink import SinkLayout, attempt_id
+from cohort.pipelines.sink.layout import SinkLayout, attempt_id
+from cohort.pipelines.tasks.writer import ArrowFs
 
 TP = TopicPartition("t", 0)
 

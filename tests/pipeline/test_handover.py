@@ -14,10 +14,10 @@ from typing import Any
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.results import BatchResult
-from cohort.pipelines.slot_batch import run_slot_batch
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
+from cohort.runtime.slot_batch import run_slot_batch
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 LOG = logging.getLogger("tests.handover")

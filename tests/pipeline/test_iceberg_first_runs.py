@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.iceberg_store import IcebergTableStore
-from cohort.pipelines.table_store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
+from cohort.pipelines.tables.iceberg import IcebergTableStore
+from cohort.pipelines.tables.store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
 
 GROUP = "first-runs"
 IDENTIFIER = "lake.orders"

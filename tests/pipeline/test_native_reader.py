@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from cohort.pipelines import native_reader
-from cohort.pipelines.native_reader import NativeConsumer, librdkafka_settings
-from cohort.pipelines.reader import PythonConsumer, ReadError, open_consumer, read_range, read_spans
-from cohort.pipelines.records import RECORD_SCHEMA, UNREADABLE_HEADERS
+from cohort.pipelines.tasks import native_reader
+from cohort.pipelines.tasks.native_reader import NativeConsumer, librdkafka_settings
+from cohort.pipelines.tasks.reader import PythonConsumer, ReadError, open_consumer, read_range, read_spans
+from cohort.pipelines.tasks.records import RECORD_SCHEMA, UNREADABLE_HEADERS
 from tests.reliability.corpus_records import RawHeaderKey
 
 
@@ -131,7 +131,7 @@ def test_reading_tasks_read_through_the_c_consumer(spark, kafka_config, topic_fa
 
 def native_reader_span(topic: str, partition: int, *bounds: int) -> Any:
     """OffsetSpan(topic, partition, from, until); one bound: [0, bound)."""
-    from cohort.pipelines.reader import OffsetSpan
+    from cohort.pipelines.tasks.reader import OffsetSpan
 
     start, until = (0, bounds[0]) if len(bounds) == 1 else bounds
     return OffsetSpan(topic, partition, start, until)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cohort.common.names import InvalidNameError
 from cohort.common.types import TopicPartition
-from cohort.pipelines.plan import (
+from cohort.pipelines.planning.plan import (
     OffsetOutOfRangeError,
     PartitionPosition,
     PlanLimits,
@@ -21,7 +21,7 @@ from cohort.pipelines.plan import (
     split_range,
     spread_spans,
 )
-from cohort.pipelines.reader import OffsetSpan
+from cohort.pipelines.tasks.reader import OffsetSpan
 
 TP = TopicPartition("orders", 3)
 

@@ -15,8 +15,8 @@ from cohort.assignment.errors import FencedInstanceIdError
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order, range_dirs
 

@@ -1,4 +1,4 @@
-"""Spark's Python workers of a local session fork from Cohort's daemon (cohort.pipelines.python_daemon), so a
+"""Spark's Python workers of a local session fork from Cohort's daemon (cohort.pipelines.tasks.python_daemon), so a
 reading task starts with the reading modules imported; a session whose workers run another interpreter keeps
 PySpark's own daemon."""
 
@@ -18,7 +18,11 @@ def test_a_local_sessions_workers_start_with_the_reading_modules_imported(spark:
         lambda _: sorted(m for m in sys.modules if m.startswith("cohort.pipelines."))
     )
     for loaded in probe.collect():
-        assert {"cohort.pipelines.reader", "cohort.pipelines.decode", "cohort.pipelines.arrow_sink"} <= set(loaded)
+        assert {
+            "cohort.pipelines.tasks.reader",
+            "cohort.pipelines.formats.decode",
+            "cohort.pipelines.tasks.writer",
+        } <= set(loaded)
 
 
 def test_a_callers_setting_wins(monkeypatch: Any) -> None:

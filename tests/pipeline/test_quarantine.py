@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.frames import TransformError
+from cohort.pipelines.batch.frames import TransformError
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 

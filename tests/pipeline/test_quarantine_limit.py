@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.quarantine_limit import QuarantineLimitError
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.sink.quarantine_limit import QuarantineLimitError
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
 from tests.support.tables import table_offsets

@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from cohort.pipelines.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
+from cohort.pipelines.tasks.reader import RECORD_SCHEMA, OffsetSpan, ReadError, read_range, read_spans
 
 
 def test_exact_records_across_many_consume_batches(kafka_config, topic, produce_records):

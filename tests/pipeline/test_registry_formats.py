@@ -20,10 +20,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from cohort.pipelines import PipelineSpec
-from cohort.pipelines.decode import REASON_COLUMN
-from cohort.pipelines.reader import RECORD_SCHEMA
-from cohort.pipelines.readers import resolve_readers
-from cohort.pipelines.registry import RegistryConnection, RegistryError, RegistryUnavailableError
+from cohort.pipelines.formats.decode import REASON_COLUMN
+from cohort.pipelines.formats.readers import resolve_readers
+from cohort.pipelines.formats.registry import RegistryConnection, RegistryError, RegistryUnavailableError
+from cohort.pipelines.tasks.reader import RECORD_SCHEMA
 from tests.support.order_schemas import ORDER_V1, ORDER_V2
 from tests.support.schema_registry import SchemaRegistryServer
 

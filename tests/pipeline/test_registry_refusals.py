@@ -15,9 +15,9 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.executor_errors import ReadingTaskError, executor_errors_named
-from cohort.pipelines.registry import RegistryConnection, RegistryUnavailableError
+from cohort.pipelines.batch.executor_errors import ReadingTaskError, executor_errors_named
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.formats.registry import RegistryConnection, RegistryUnavailableError
 from cohort.pipelines.spec import PipelineSpec
 from tests.support.http_answers import UNAVAILABLE_PAGE, FixedAnswerServer
 from tests.support.order_schemas import ORDER_V1

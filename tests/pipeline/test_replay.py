@@ -13,8 +13,8 @@ import pyspark.sql.types as T
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.replay_check import ReplayChangedError
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.replay.check import ReplayChangedError
 from cohort.pipelines.spec import PipelineSpec
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs
-from cohort.pipelines.sink import SinkLayout, attempt_id
+from cohort.pipelines.sink.layout import SinkLayout, attempt_id
+from cohort.pipelines.tasks.writer import ArrowFs
 
 TP = TopicPartition("t", 0)
 ORIGINAL = {"A": (0, 40), "B": (40, 80)}

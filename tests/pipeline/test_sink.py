@@ -6,7 +6,7 @@ import pytest
 
 from cohort.common.names import InvalidNameError
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink import HadoopFs, SinkError, SinkLayout, parse_range_dir, range_dir_name
+from cohort.pipelines.sink.layout import HadoopFs, SinkError, SinkLayout, parse_range_dir, range_dir_name
 
 
 def test_range_directory_names_encode_the_range_and_parse_back():

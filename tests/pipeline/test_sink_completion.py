@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs
-from cohort.pipelines.sink import SinkLayout, attempt_id, run_tag
+from cohort.pipelines.sink.layout import SinkLayout, attempt_id, run_tag
+from cohort.pipelines.tasks.writer import ArrowFs
 
 TP = TopicPartition("t", 0)
 

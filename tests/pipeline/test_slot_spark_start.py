@@ -1,4 +1,4 @@
-"""Starting Spark does not count against a member's progress timeout (`cohort.pipelines.slot_batch`, the batch of
+"""Starting Spark does not count against a member's progress timeout (`cohort.runtime.slot_batch`, the batch of
 one worker slot both faces run): a slot whose Spark takes longer to start than the progress timeout is not
 evicted, and its batch commits on the first try. Real broker, Spark and SQLite store; the coordinator's time is
 a ManualClock the test moves past the progress timeout while Spark is starting (nothing sleeps to time out)."""
@@ -11,13 +11,13 @@ from typing import Any
 
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
-from cohort.pipelines.slot_batch import SlotBatch, awaiting_executors, run_slot_batch
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 from cohort.pipelines.spec import PipelineSpec
+from cohort.runtime.slot_batch import SlotBatch, awaiting_executors, run_slot_batch
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 PROGRESS_TIMEOUT_S = 5.0

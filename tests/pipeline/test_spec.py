@@ -6,9 +6,9 @@ import pandera.pyspark as pa
 import pyspark.sql.types as T
 import pytest
 
-from cohort.pipelines.plan import ResetPolicy
+from cohort.pipelines.planning.plan import ResetPolicy
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.validate import ModelError
+from cohort.pipelines.tasks.validate import ModelError
 from tests.pipeline.conftest import ORDER_SCHEMA, Order
 
 

@@ -23,11 +23,9 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.arrow_sink import ArrowFs
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.sink import HadoopFs, SinkLayout, run_tag
-from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.staging_collect import (
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.sink.layout import HadoopFs, SinkLayout, run_tag
+from cohort.pipelines.sink.staging_collect import (
     StagingCollection,
     collect_after_batch,
     collect_staging,
@@ -35,7 +33,9 @@ from cohort.pipelines.staging_collect import (
     staging_roots,
     tree,
 )
-from cohort.pipelines.staging_gc import STAGING_GRACE_S
+from cohort.pipelines.sink.staging_gc import STAGING_GRACE_S
+from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.writer import ArrowFs
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 PER_ROUND = 6

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from tests.pipeline.test_audit_cli import cohort_audit, problems, tree
 from tests.pipeline.test_table_sinks import Died, die, expected, hook, records, spec_for
 from tests.support.tables import table_offsets

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.table_batch import open_tables
-from cohort.pipelines.table_compaction import COMPACT_ATTEMPT, plan_merges
-from cohort.pipelines.table_retention import TableRetention
-from cohort.pipelines.table_store import BatchRecord, DataFile, Owner, PartitionMark, TableCommit, TableConflictError
+from cohort.pipelines.tables.batch import open_tables
+from cohort.pipelines.tables.compaction import COMPACT_ATTEMPT, plan_merges
+from cohort.pipelines.tables.retention import TableRetention
+from cohort.pipelines.tables.store import BatchRecord, DataFile, Owner, PartitionMark, TableCommit, TableConflictError
 from tests.pipeline.conftest import order
 from tests.pipeline.test_audit_cli import cohort_audit, problems
 from tests.pipeline.test_table_sinks import expected, records, spec_for

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.table_files import data_files_on_disk
-from cohort.pipelines.table_retention import TableRetention
+from cohort.pipelines.tables.files import data_files_on_disk
+from cohort.pipelines.tables.retention import TableRetention
 from tests.pipeline.test_audit_cli import cohort_audit
 from tests.pipeline.test_table_sinks import expected, records, spec_for
 from tests.support.tables import table_offsets

@@ -19,11 +19,11 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.member import GroupMember
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines import table_batch
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.table_batch import TablePair
-from cohort.pipelines.table_store import TableCommit, TableConflictError, TableStore
+from cohort.pipelines.tables import batch as table_batch
+from cohort.pipelines.tables.batch import TablePair
+from cohort.pipelines.tables.store import TableCommit, TableConflictError, TableStore
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
 from tests.support.tables import duckdb_offsets, table_arrow, table_offsets
 
@@ -353,7 +353,7 @@ def test_a_strict_replay_whose_output_changed_commits_nothing(
 ) -> None:
     from pyspark.sql import functions as F
 
-    from cohort.pipelines.replay_check import ReplayChangedError
+    from cohort.pipelines.replay.check import ReplayChangedError
 
     topic = topic_factory(1)
     tp = TopicPartition(topic, 0)

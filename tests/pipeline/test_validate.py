@@ -8,7 +8,7 @@ import pyarrow
 import pyspark.sql.types as T
 import pytest
 
-from cohort.pipelines.validate import ModelError, compile_model, failure_reasons
+from cohort.pipelines.tasks.validate import ModelError, compile_model, failure_reasons
 
 SCHEMA = T.StructType(
     [

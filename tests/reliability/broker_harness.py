@@ -24,7 +24,7 @@ from cohort.assignment.clock import Clock
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.devtools.topics import create_topic, produce
-from cohort.pipelines.sink import SinkLayout, parse_range_dir
+from cohort.pipelines.sink.layout import SinkLayout, parse_range_dir
 from cohort.resources import KafkaResource, SparkResource
 from tests.dagster.support import Setup, config_for, json_records
 from tests.reliability.outcome import DeliveryAudit, audit_delivery

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.group_state import GroupConfig, GroupState
-from cohort.assignment.memory_store import MemoryGroupStore
-from cohort.assignment.messages import JoinRequest
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinRequest
+from cohort.assignment.store.memory import MemoryGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.assignment.views import GroupDescription
 from cohort.common.types import OffsetRange, TopicPartition
 from tests.reliability.chaos_invariants import InvariantChecker, InvariantViolation, Snapshot

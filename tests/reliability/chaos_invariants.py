@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cohort.assignment.group_state import GroupState
-from cohort.assignment.messages import LedgerEntry
+from cohort.assignment.protocol.group_state import GroupState
+from cohort.assignment.protocol.messages import LedgerEntry
 from cohort.assignment.views import GroupDescription, MemberDescription
 from cohort.common.types import TopicPartition
 

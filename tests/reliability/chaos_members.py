@@ -20,7 +20,7 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest, SyncComplete
 from cohort.assignment.types import COOPERATIVE, EAGER
 from cohort.common.types import TopicPartition
 

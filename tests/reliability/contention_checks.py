@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import EventKind, GroupState
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.protocol.group_state import EventKind, GroupState
+from cohort.assignment.store.sql import SqlGroupStore
 from tests.reliability.contention_worker import CONFIG, GROUP, TOPIC, ProcessResult, partitions
 
 __all__ = ["verify"]

@@ -22,8 +22,8 @@ from typing import Any
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.group_state import GroupConfig
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.group_state import GroupConfig
+from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import OffsetRange, TopicPartition
 from tests.reliability.chaos_members import Phase, SimMember
 

@@ -3,7 +3,7 @@
 Each `RecordCase` is one record as a producer sends it and its expected outcome: `Sink` with the decoded
 value columns, or `Quarantined` with a fragment of the reason. The value schema is `CORPUS_SCHEMA`
 (`id` required) checked by `CorpusModel` (`name` at most 100,000 characters). The decoder
-(cohort.pipelines.decode) is a strict RFC 8259 parser: trailing text, a second object, single quotes, NaN, raw
+(cohort.pipelines.formats.decode) is a strict RFC 8259 parser: trailing text, a second object, single quotes, NaN, raw
 control characters and lone surrogate escapes are quarantined, and a field takes only JSON of its type.
 
 `produce_corpus` sends the cases one record per batch (exact end offsets on Tansu) and returns where each

@@ -93,7 +93,7 @@ _TABLE_KILLS = {
 
 
 def _killing_open_tables(original: Callable[..., Any], point: str, kill: Callable[[], NoReturn]) -> Callable[..., Any]:
-    """`cohort.pipelines.table_batch.open_tables` whose pair kills at a table point (`_TABLE_KILLS`)."""
+    """`cohort.pipelines.tables.batch.open_tables` whose pair kills at a table point (`_TABLE_KILLS`)."""
     which, before = _TABLE_KILLS[point]
 
     def open_tables(spec: Any) -> Any:
@@ -105,7 +105,7 @@ def _killing_open_tables(original: Callable[..., Any], point: str, kill: Callabl
 
 
 def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[], NoReturn]) -> Callable[..., Any]:
-    """`cohort.pipelines.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
+    """`cohort.pipelines.tasks.reader.read_range` that dies after handing the first Arrow batch of a span to Spark.
 
     Defined here (`__main__` of the victim), so Spark pickles it by value into the executor-side reader.
     """
@@ -138,7 +138,9 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     from cohort.assets import group_batch
     from cohort.assignment.coordinator import Coordinator
     from cohort.assignment.member import GroupMember
-    from cohort.pipelines import batch, reader, table_batch
+    from cohort.pipelines.batch import run as batch
+    from cohort.pipelines.tables import batch as table_batch
+    from cohort.pipelines.tasks import reader
 
     pgid = os.getpgid(0)
     kill = functools.partial(die, marker, point, pgid)

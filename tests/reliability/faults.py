@@ -246,7 +246,7 @@ def _gated(gate: threading.Event, timeout_s: float) -> Callable[..., Any]:
     """The real `run_batch`, entered only once the gate opens (the survivor holds its partitions till then)."""
 
     def runner(*args: Any, **kwargs: Any) -> Any:
-        from cohort.pipelines.batch import run_batch
+        from cohort.pipelines.batch.run import run_batch
 
         if not gate.wait(timeout_s):
             raise TimeoutError(f"the survivor's gate stayed closed for {timeout_s} s")
@@ -311,7 +311,7 @@ def _table_heads(
     """A table sink's head marks per partition in the sink and the quarantine table (the store's API)."""
     if spec.table_format == "parquet":
         return {}, {}
-    from cohort.pipelines.table_batch import open_tables
+    from cohort.pipelines.tables.batch import open_tables
 
     tables = open_tables(spec)
     sink, quarantine = (

@@ -74,7 +74,7 @@ def _context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
-# Reasons, as the framing and the decoders word them (cohort.pipelines.framing, registry_decode, ...).
+# Reasons, as the framing and the decoders word them (cohort.pipelines.formats.framing, registry_decode, ...).
 TOMBSTONE = "null value (a tombstone): nothing to decode"
 TOO_SHORT = "value is too short for the Schema Registry framing"
 WRONG_MAGIC = "value does not start with the Schema Registry magic byte 0 (found 0x{:02x})"

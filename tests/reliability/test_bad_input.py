@@ -18,10 +18,10 @@ from cohort.assignment.assignors import UnknownAssignorError, get_assignor
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import InconsistentGroupProtocolError, InvalidRequestError, InvalidSessionTimeoutError
-from cohort.assignment.group_state import GroupConfig, GroupState
-from cohort.assignment.memory_store import MemoryGroupStore
-from cohort.assignment.messages import JoinComplete, JoinRequest
-from cohort.assignment.store import SqlGroupStore
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest
+from cohort.assignment.store.memory import MemoryGroupStore
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.assignment.types import Subscription
 from cohort.common.names import InvalidNameError, validate_group_name, validate_instance_id, validate_topic_name
 from cohort.common.types import OffsetRange, TopicPartition

@@ -15,9 +15,9 @@ import pytest
 
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig, GroupState
-from cohort.assignment.memory_store import MemoryGroupStore
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState
+from cohort.assignment.protocol.messages import JoinRequest
+from cohort.assignment.store.memory import MemoryGroupStore
 from cohort.common.types import TopicPartition
 from tests.reliability.chaos import Simulation, SimulationReport, main, simulate
 from tests.reliability.chaos_invariants import InvariantViolation, Snapshot

@@ -29,11 +29,11 @@ from cohort.assets.audit import gather_audits
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import RERUN_TAG, SLOT_TAG, worker_run_config
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.memory_store import MemoryGroupStore
+from cohort.assignment.store.memory import MemoryGroupStore
 from cohort.assignment.types import COOPERATIVE, EAGER
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource
 from tests.dagster.support import VALUE_SCHEMA, Setup, config_for, definitions_for, instance_for, json_records

@@ -25,13 +25,13 @@ from pydantic import ValidationError
 
 from cohort.assets.translator import CohortConfig
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.cli.main import main as cli
 from cohort.common.names import InvalidNameError
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.decode import ValueDecoder
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.formats.decode import ValueDecoder
+from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import CohortGroupResource, KafkaResource
 from tests.reliability.corpus_records import (

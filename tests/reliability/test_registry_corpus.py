@@ -20,11 +20,11 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from cohort.assignment.coordinator import Coordinator, StandaloneLedger
-from cohort.assignment.group_state import GroupConfig
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.registry import RegistryConnection, RegistryUnavailableError
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.formats.registry import RegistryConnection, RegistryUnavailableError
 from cohort.pipelines.spec import PipelineSpec
 from tests.reliability.corpus_records import Quarantined, Sink
 from tests.reliability.registry_corpus import (
@@ -237,7 +237,7 @@ def test_a_registry_outage_fails_the_batch_with_nothing_committed_and_the_next_r
         run_batch(spark, latest, kafka_config, tps, ledger)
     _assert_nothing_committed(coordinator, group, topic, lake)
 
-    # raised in a reading task, it reaches the driver as itself (cohort.pipelines.executor_errors)
+    # raised in a reading task, it reaches the driver as itself (cohort.pipelines.batch.executor_errors)
     with pytest.raises(RegistryUnavailableError, match="unreachable reading schema id"):
         run_batch(spark, explicit, kafka_config, tps, ledger)
     _assert_nothing_committed(coordinator, group, topic, lake)

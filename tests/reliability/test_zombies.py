@@ -15,11 +15,11 @@ from pyspark.sql import functions as F
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import FencedInstanceIdError
-from cohort.assignment.group_state import GroupConfig
 from cohort.assignment.member import GroupMember
+from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
+from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from tests.dagster.support import VALUE_SCHEMA, json_records
 from tests.reliability.zombie_scenarios import zombie_scenario

@@ -13,8 +13,8 @@ from confluent_kafka import KafkaException
 
 from cohort.common.types import TopicPartition
 from cohort.devtools.topics import create_topic, partition_counts
-from cohort.pipelines.kafka_client import watermarks
-from cohort.pipelines.reader import OffsetSpan, read_range, read_spans
+from cohort.pipelines.kafka.client import watermarks
+from cohort.pipelines.tasks.reader import OffsetSpan, read_range, read_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 

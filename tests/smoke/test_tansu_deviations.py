@@ -15,9 +15,9 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.kafka_client import read_watermarks, watermarks
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror, kafka_committed
-from cohort.pipelines.reader import OffsetSpan, read_range
+from cohort.pipelines.kafka.client import read_watermarks, watermarks
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
+from cohort.pipelines.tasks.reader import OffsetSpan, read_range
 
 
 def _consume_all(config: dict, topic: str, isolation: str = "read_uncommitted") -> list[bytes]:

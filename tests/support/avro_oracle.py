@@ -29,8 +29,8 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
-from cohort.pipelines.avro_columns import AvroBatch, arrow_of, decode_avro
-from cohort.pipelines.avro_schema import (
+from cohort.pipelines.formats.avro.columns import AvroBatch, arrow_of, decode_avro
+from cohort.pipelines.formats.avro.schema import (
     TIMESTAMPS,
     AvroArray,
     AvroEnum,

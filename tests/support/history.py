@@ -52,16 +52,16 @@ from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import WorkerOutcome, landed_root, materializations, op_name
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.group_state import GroupRecord
-from cohort.assignment.ledger import decide_commit
-from cohort.assignment.messages import CommitRequest, Decision, LedgerEntry
-from cohort.assignment.rebalance import Context
-from cohort.assignment.store import HeadReader
+from cohort.assignment.ledger.ranges import decide_commit
+from cohort.assignment.protocol.group_state import GroupRecord
+from cohort.assignment.protocol.messages import CommitRequest, Decision, LedgerEntry
+from cohort.assignment.protocol.rebalance import Context
+from cohort.assignment.store.sql import HeadReader
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.kafka_mirror import KafkaOffsetMirror
-from cohort.pipelines.results import BatchResult, PartitionResult
-from cohort.pipelines.sink import SinkLayout
+from cohort.pipelines.batch.results import BatchResult, PartitionResult
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
+from cohort.pipelines.sink.layout import SinkLayout
 
 __all__ = [
     "FastForward",

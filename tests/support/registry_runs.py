@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch import run_batch
-from cohort.pipelines.registry import RegistryConnection
-from cohort.pipelines.results import BatchResult
+from cohort.pipelines.batch.results import BatchResult
+from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.formats.registry import RegistryConnection
 from cohort.pipelines.spec import PipelineSpec
 
 __all__ = ["Landed", "connection", "landed", "run_one_partition"]

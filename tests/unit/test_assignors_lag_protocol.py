@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from cohort.assignment import Coordinator, GroupConfig, JoinComplete, ManualClock, SyncComplete
-from cohort.assignment.backlog import backlog_from_offsets
 from cohort.assignment.errors import InvalidRequestError, MemberIdRequiredError
 from cohort.assignment.member import GroupMember
-from cohort.assignment.messages import JoinRequest
+from cohort.assignment.protocol.backlog import backlog_from_offsets
+from cohort.assignment.protocol.messages import JoinRequest
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import OffsetRange, TopicPartition
 

@@ -1,5 +1,5 @@
-"""The audits' reading of a partition's ledger (cohort.pipelines.audit_ledger) and what a reset leaves to the
-sink audit (cohort.pipelines.sink_audit), on plain values: ledger entries as the coordinator records them."""
+"""The audits' reading of a partition's ledger (cohort.pipelines.sink.audit_ledger) and what a reset leaves to the
+sink audit (cohort.pipelines.sink.audit), on plain values: ledger entries as the coordinator records them."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from cohort.assignment.messages import RESET, LedgerEntry
+from cohort.assignment.protocol.messages import RESET, LedgerEntry
 from cohort.common.types import TopicPartition
-from cohort.pipelines.audit_ledger import AuditedRange, fold_ledger, ledger_entries
-from cohort.pipelines.sink_audit import Piece, audit_sink_partition, effective_pieces
+from cohort.pipelines.sink.audit import Piece, audit_sink_partition, effective_pieces
+from cohort.pipelines.sink.audit_ledger import AuditedRange, fold_ledger, ledger_entries
 
 TP = TopicPartition("orders", 0)
 AT = 1_795_000_000.0  # 2026-11-18T11:06:40+00:00

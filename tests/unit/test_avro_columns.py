@@ -1,4 +1,5 @@
-"""Property tests of the column-wise Avro decoder (`cohort.pipelines.avro_columns.decode_avro`) against fastavro.
+"""Property tests of the column-wise Avro decoder (`cohort.pipelines.formats.avro.columns.decode_avro`) against
+fastavro.
 
 `decode_avro` re-implements Avro's binary decoding and schema resolution in numpy: one cursor per record, each
 field one vectorised read across the batch, unions/arrays/maps by masking and per-pass loops, and a varint
@@ -35,8 +36,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cohort.pipelines.avro_columns import AvroResolutionError, arrow_of
-from cohort.pipelines.avro_schema import parse_avro
+from cohort.pipelines.formats.avro.columns import AvroResolutionError, arrow_of
+from cohort.pipelines.formats.avro.schema import parse_avro
 from tests.support.avro_oracle import (
     ENOUGH_DIGITS,
     EPOCH,

@@ -21,7 +21,7 @@ a writer of that union would). For each payload:
   (AvroResolutionError), which is allowed only for a writer that is not a union and only when fastavro reads
   none of its payloads.
 
-Where Cohort reads more than the specification (cohort.pipelines.avro_match: an enum into a string branch,
+Where Cohort reads more than the specification (cohort.pipelines.formats.avro.match: an enum into a string branch,
 fixed into a bytes branch, when no branch matches), the expected value is fastavro's reading of the writer's
 own value, in that branch.
 """
@@ -43,8 +43,8 @@ from fastavro._read_py import match_types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cohort.pipelines.avro_columns import AvroResolutionError
-from cohort.pipelines.avro_schema import AvroNode, AvroUnion, non_null_branch
+from cohort.pipelines.formats.avro.columns import AvroResolutionError
+from cohort.pipelines.formats.avro.schema import AvroNode, AvroUnion, non_null_branch
 from tests.support.avro_oracle import (
     Schema,
     amap,

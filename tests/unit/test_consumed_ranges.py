@@ -3,8 +3,8 @@ expanded counts are there when not 0, and the counts add up to the records consu
 
 from cohort.assets.translator import RangeMetadata
 from cohort.common.types import OffsetRange
-from cohort.pipelines.lineage import consumed_ranges, reported_range
-from cohort.pipelines.results import BatchResult, PartitionResult
+from cohort.pipelines.batch.results import BatchResult, PartitionResult
+from cohort.runtime.lineage import consumed_ranges, reported_range
 
 
 def _ranges(part: PartitionResult) -> list:

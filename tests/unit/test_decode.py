@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyspark.sql.types as T
 import pytest
 
-from cohort.pipelines.decode import ValueDecoder, value_columns_schema
+from cohort.pipelines.formats.decode import ValueDecoder, value_columns_schema
 
 SCHEMA = T.StructType(
     [

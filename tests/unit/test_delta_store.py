@@ -1,4 +1,4 @@
-"""The Delta Lake table store (cohort.pipelines.delta_store) on real delta-rs tables in a temporary directory:
+"""The Delta Lake table store (cohort.pipelines.tables.delta) on real delta-rs tables in a temporary directory:
 commits land atomically with their marks, stale marks are refused, races have one winner, a lost answer is not
 committed twice, and what readers see (rows, stats, schema) is right. No Spark: pyarrow writes the files."""
 
@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.delta_store import DeltaStoreError, DeltaTableStore, parquet_stats
-from cohort.pipelines.table_store import (
+from cohort.pipelines.tables.delta import DeltaStoreError, DeltaTableStore, parquet_stats
+from cohort.pipelines.tables.store import (
     BatchRecord,
     DataFile,
     NewFile,

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (a Python worker's traceback, quoted line for line)
 """Reading Spark's message of a failed Python task (pure): the exception the task raised, and the error the
 batch raises for it. The texts are the shapes PySpark prints (classic, with a chained cause, with a Java trace
 after it); tests/pipeline/test_task_errors.py checks the real thing."""
@@ -6,21 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from cohort.pipelines.executor_errors import (
+from cohort.pipelines.batch.executor_errors import (
     ExecutorDependencyError,
     ReadingTaskError,
     TaskFailure,
     named_error,
     task_failure,
 )
-from cohort.pipelines.registry import RegistryError, RegistryUnavailableError
+from cohort.pipelines.formats.registry import RegistryError, RegistryUnavailableError
 
 CLASSIC = """An exception was thrown from the Python worker:
 Traceback (most recent call last):
   File "/work/pipelines/registry_decode.py", line 107, in _decode_group
     writer = self._source.by_id(schema_id, serialized=fmt == "protobuf")
              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-cohort.pipelines.registry.RegistryUnavailableError: the Schema Registry at http://r:8081/wrong/ answered HTTP 404"""
+cohort.pipelines.formats.registry.RegistryUnavailableError: the Schema Registry at http://r:8081/wrong/ answered HTTP 404"""
 
 CHAINED = """[PYTHON_EXCEPTION] An exception was thrown from the Python worker:
 Traceback (most recent call last):
@@ -52,7 +53,7 @@ class _Session:
 
 def test_the_task_s_own_exception_is_read_from_the_last_traceback() -> None:
     assert task_failure(CLASSIC) == TaskFailure(
-        "cohort.pipelines.registry.RegistryUnavailableError",
+        "cohort.pipelines.formats.registry.RegistryUnavailableError",
         "the Schema Registry at http://r:8081/wrong/ answered HTTP 404",
     )
     assert task_failure(CHAINED) == TaskFailure(

@@ -1,4 +1,4 @@
-"""The C fast path for flat JSON schemas (`cohort.pipelines.flat_json`) against the full msgspec decoder.
+"""The C fast path for flat JSON schemas (`cohort.pipelines.formats.flat_json`) against the full msgspec decoder.
 
 The fast path parses the records it is certain about straight into Arrow buffers and defers every other one
 to the full decoder; its contract is that, for any input, `ValueDecoder.decode(values, fast=True)` gives the
@@ -28,13 +28,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cohort.pipelines.decode import ValueDecoder
+from cohort.pipelines.formats.decode import ValueDecoder
 
-# CI builds the C extension (cohort.pipelines._flat_json), so these tests always run there; a checkout installed
+# CI builds the C extension (cohort.pipelines.formats._flat_json), so these tests always run there; a checkout installed
 # without a C compiler has only the full decoder, and nothing to compare it with.
-flat_json = pytest.importorskip("cohort.pipelines.flat_json", reason="the flat JSON fast path is not in this tree")
+flat_json = pytest.importorskip(
+    "cohort.pipelines.formats.flat_json", reason="the flat JSON fast path is not in this tree"
+)
 if not flat_json.fast_available():
-    pytest.skip("the C extension cohort.pipelines._flat_json was not built", allow_module_level=True)
+    pytest.skip("the C extension cohort.pipelines.formats._flat_json was not built", allow_module_level=True)
 
 PROPERTIES = settings(
     deadline=None,

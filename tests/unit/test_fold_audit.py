@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.audit_ledger import AuditedRange
-from cohort.pipelines.sink_audit import audit_sink_partition
+from cohort.pipelines.sink.audit import audit_sink_partition
+from cohort.pipelines.sink.audit_ledger import AuditedRange
 
 TP = TopicPartition("t", 0)
 FOLD = AuditedRange(0, 30, 30, 0, "run-3", folded=True)

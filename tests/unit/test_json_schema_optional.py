@@ -14,7 +14,7 @@ import pydantic
 import pyspark.sql.types as T
 import pytest
 
-from cohort.pipelines.json_schema_values import json_schema_columns
+from cohort.pipelines.formats.json_schema import json_schema_columns
 
 
 class Color(enum.StrEnum):
@@ -143,7 +143,7 @@ def test_what_cannot_become_a_column_is_named_with_where_it_is(schema: dict[str,
 
 
 def test_only_objects_with_fields_none_of_them_columns_are_refused() -> None:
-    from cohort.pipelines.json_schema_values import objects_without_columns
+    from cohort.pipelines.formats.json_schema import objects_without_columns
 
     payloads = pa.array([b'{"other": 1, "more": 2}', b"{}", b'{"id": null}', b"[1]", b"not json"])
     reasons = objects_without_columns(payloads, [0, 1, 2, 3, 4], ["id", "name"])

@@ -15,10 +15,10 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import GroupRecord, GroupState, MemberRecord
-from cohort.assignment.ledger import decide_commit, plan_ranges
-from cohort.assignment.messages import CommitRequest
-from cohort.assignment.rebalance import Context
+from cohort.assignment.ledger.ranges import decide_commit, plan_ranges
+from cohort.assignment.protocol.group_state import GroupRecord, GroupState, MemberRecord
+from cohort.assignment.protocol.messages import CommitRequest
+from cohort.assignment.protocol.rebalance import Context
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange
 from cohort.common.types import TopicPartition as TP

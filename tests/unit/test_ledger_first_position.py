@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cohort.assignment.group_state import GroupRecord, GroupState, MemberRecord
-from cohort.assignment.ledger import decide_commit
-from cohort.assignment.messages import CommitRequest
-from cohort.assignment.rebalance import Context
+from cohort.assignment.ledger.ranges import decide_commit
+from cohort.assignment.protocol.group_state import GroupRecord, GroupState, MemberRecord
+from cohort.assignment.protocol.messages import CommitRequest
+from cohort.assignment.protocol.rebalance import Context
 from cohort.common.types import OffsetRange
 from cohort.common.types import TopicPartition as TP
 

@@ -8,7 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cohort.pipelines import local_swap
+from cohort.pipelines.sink import swap as local_swap
 
 
 def test_concurrent_probes_in_one_directory_all_succeed(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from cohort.assets.membership import (
     decide_evictions,
     decide_reruns,
 )
-from cohort.assignment.group_state import EventKind, GroupEvent, GroupState
+from cohort.assignment.protocol.group_state import EventKind, GroupEvent, GroupState
 
 
 def removed(member_id: str, generation: int, reason: str = "session expired") -> GroupEvent:

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyspark.sql.types as T
 import pytest
 
-from cohort.pipelines.decode import REASON_COLUMN
-from cohort.pipelines.reader import RECORD_SCHEMA
+from cohort.pipelines.formats.decode import REASON_COLUMN
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.reader import RECORD_SCHEMA
 
 VALUE = T.StructType([T.StructField("id", T.LongType())])
 

@@ -11,10 +11,10 @@ import pyspark.sql.types as T
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
 
-from cohort.pipelines.decode import arrow_type
-from cohort.pipelines.framing import split_frames
-from cohort.pipelines.protobuf_values import MessagePool, decode_messages, message_columns, reader_message
-from cohort.pipelines.registry_decode import other_schema_type
+from cohort.pipelines.formats.decode import arrow_type
+from cohort.pipelines.formats.framing import split_frames
+from cohort.pipelines.formats.protobuf import MessagePool, decode_messages, message_columns, reader_message
+from cohort.pipelines.formats.registry_decode import other_schema_type
 from tests.support.proto_files import message_classes, payments_file
 
 CLASSES = message_classes(payments_file())

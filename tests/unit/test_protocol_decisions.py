@@ -20,9 +20,7 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import EventKind, GroupConfig, GroupRecord, GroupState, MemberRecord, Outcome
-from cohort.assignment.messages import Decision, JoinComplete, JoinPending, JoinRequest, SyncComplete, SyncPending
-from cohort.assignment.protocol import (
+from cohort.assignment.protocol.decisions import (
     decide_delete,
     decide_evict,
     decide_expire,
@@ -32,7 +30,23 @@ from cohort.assignment.protocol import (
     decide_metadata,
     decide_sync,
 )
-from cohort.assignment.rebalance import Context, advance, default_assignor_resolver, elect_assignor
+from cohort.assignment.protocol.group_state import (
+    EventKind,
+    GroupConfig,
+    GroupRecord,
+    GroupState,
+    MemberRecord,
+    Outcome,
+)
+from cohort.assignment.protocol.messages import (
+    Decision,
+    JoinComplete,
+    JoinPending,
+    JoinRequest,
+    SyncComplete,
+    SyncPending,
+)
+from cohort.assignment.protocol.rebalance import Context, advance, default_assignor_resolver, elect_assignor
 from cohort.assignment.types import COOPERATIVE, Assignor, Subscription
 from cohort.common.types import TopicPartition
 

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from cohort.assignment.codec import (
-    decode_member,
-    decode_partitions,
-    encode_member,
-    encode_member_partitions,
-    encode_partitions,
-)
 from cohort.assignment.errors import InvalidRequestError
-from cohort.assignment.group_state import GroupRecord, MemberRecord
-from cohort.assignment.reconcile import (
+from cohort.assignment.protocol.group_state import GroupRecord, MemberRecord
+from cohort.assignment.protocol.reconcile import (
     build_subscriptions,
     reconcile,
     subscribed_partition_counts,
     unassigned_partitions,
     validate_assignment,
+)
+from cohort.assignment.store.codec import (
+    decode_member,
+    decode_partitions,
+    encode_member,
+    encode_member_partitions,
+    encode_partitions,
 )
 from cohort.common.types import TopicPartition as TP
 

@@ -32,10 +32,10 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.group_state import GroupConfig, GroupState, Outcome
-from cohort.assignment.memory_store import MemoryGroupStore
-from cohort.assignment.messages import JoinComplete, JoinRequest, SyncComplete
-from cohort.assignment.rebalance import Context, advance
+from cohort.assignment.protocol.group_state import GroupConfig, GroupState, Outcome
+from cohort.assignment.protocol.messages import JoinComplete, JoinRequest, SyncComplete
+from cohort.assignment.protocol.rebalance import Context, advance
+from cohort.assignment.store.memory import MemoryGroupStore
 from cohort.assignment.types import COOPERATIVE, EAGER
 from cohort.common.types import OffsetRange, TopicPartition
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from cohort.assignment.group_state import (
+from cohort.assignment.protocol.group_state import (
     TRANSITIONS,
     GroupRecord,
     GroupState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.quarantine_limit import QuarantineLimit
+from cohort.pipelines.sink.quarantine_limit import QuarantineLimit
 from cohort.pipelines.spec import PipelineSpec
 
 A, B, C = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cohort.pipelines.reader import OffsetSpan, ReadError, _triage
-from cohort.pipelines.records import RECORD_SCHEMA, ConsumeError
+from cohort.pipelines.tasks.reader import OffsetSpan, ReadError, _triage
+from cohort.pipelines.tasks.records import RECORD_SCHEMA, ConsumeError
 
 SPAN = OffsetSpan("t", 0, 10, 20)
 EOF_CODE, OUT_OF_RANGE, AUTO_RESET = -191, 1, -140

@@ -8,8 +8,8 @@ import gc
 import pyarrow as pa
 import pytest
 
-from cohort.pipelines.arrow_sink import dictionary_columns
-from cohort.pipelines.reader import OffsetSpan, _gc_paused_within, span_groups
+from cohort.pipelines.tasks.reader import OffsetSpan, _gc_paused_within, span_groups
+from cohort.pipelines.tasks.writer import dictionary_columns
 
 
 def _span(partition: int, length: int) -> OffsetSpan:

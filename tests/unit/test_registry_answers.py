@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from cohort.pipelines.registry import (
+from cohort.pipelines.formats.registry import (
     RegistryConnection,
     RegistryError,
     RegistryUnavailableError,

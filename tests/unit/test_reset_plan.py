@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cohort.assignment.resets import ResetTarget, parse_datetime, parse_duration, plan_reset
+from cohort.assignment.ledger.resets import ResetTarget, parse_datetime, parse_duration, plan_reset
 from cohort.common.types import TopicPartition
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)

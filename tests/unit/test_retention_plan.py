@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from cohort.assignment.messages import FOLD, RESET, LedgerEntry
-from cohort.assignment.retention import combine_digests, folded_count, plan_folds
+from cohort.assignment.ledger.retention import combine_digests, folded_count, plan_folds
+from cohort.assignment.protocol.messages import FOLD, RESET, LedgerEntry
 
 
 def _entry(

@@ -1,10 +1,10 @@
-"""The sink audit's decisions (cohort.pipelines.sink_audit) on plain values: which divergences it names and which
+"""The sink audit's decisions (cohort.pipelines.sink.audit) on plain values: which divergences it names and which
 it calls safe to repair."""
 
 from __future__ import annotations
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink_audit import MIRROR, PUBLISH, AuditedRange, audit_sink_partition, effective_pieces
+from cohort.pipelines.sink.audit import MIRROR, PUBLISH, AuditedRange, audit_sink_partition, effective_pieces
 
 TP = TopicPartition("orders", 0)
 FIRST = AuditedRange(0, 10, records=9, quarantined=1, run_id="run-a")

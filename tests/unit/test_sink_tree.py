@@ -1,4 +1,4 @@
-"""What Parquet readers read under a sink root (cohort.pipelines.sink_tree), checked against pyarrow and DuckDB
+"""What Parquet readers read under a sink root (cohort.pipelines.sink.tree), checked against pyarrow and DuckDB
 themselves on a real tree (Spark is checked the same way in tests/pipeline/test_audit_readers.py), and which of
 it Cohort's layout accounts for."""
 
@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink_tree import DUCKDB_GLOB, Entry, OutputTree, readers_of, strays
+from cohort.pipelines.sink.tree import DUCKDB_GLOB, Entry, OutputTree, readers_of, strays
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 RANGE = "topic=t/partition=0/t-0-0-10.parquet"

@@ -1,4 +1,4 @@
-"""The staging clean-up's decision (cohort.pipelines.staging_gc): pure, over plain values."""
+"""The staging clean-up's decision (cohort.pipelines.sink.staging_gc): pure, over plain values."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink import attempt_id
-from cohort.pipelines.staging_gc import (
+from cohort.pipelines.sink.layout import attempt_id
+from cohort.pipelines.sink.staging_gc import (
     STAGING_GRACE_S,
     FoundAttempt,
     GroupFacts,

@@ -1,4 +1,4 @@
-"""Which data files of a table sink no version references (cohort.pipelines.table_files.unreferenced), with the
+"""Which data files of a table sink no version references (cohort.pipelines.tables.files.unreferenced), with the
 time given: files younger than the grace period are never judged, and older versions are read only while some old
 file is still unaccounted for."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cohort.pipelines.table_files import DiskFile, unreferenced
+from cohort.pipelines.tables.files import DiskFile, unreferenced
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.table_reconcile import LedgerPosition, reconcile_partition
-from cohort.pipelines.table_store import BatchRecord, Owner, PartitionMark
+from cohort.pipelines.tables.reconcile import LedgerPosition, reconcile_partition
+from cohort.pipelines.tables.store import BatchRecord, Owner, PartitionMark
 
 TP = TopicPartition("orders", 0)
 OWNER = Owner("g", 5)
@@ -89,7 +89,7 @@ def test_tables_that_do_not_exist_are_not_fenced() -> None:
 
 
 def test_a_sink_head_is_ahead_only_beyond_the_ledger_and_not_after_a_reset() -> None:
-    from cohort.pipelines.table_reconcile import ahead_of_ledger
+    from cohort.pipelines.tables.reconcile import ahead_of_ledger
 
     assert ahead_of_ledger(LedgerPosition(100), PartitionMark(200, 5)) == 200
     assert ahead_of_ledger(LedgerPosition(None), PartitionMark(50, 5)) == 50

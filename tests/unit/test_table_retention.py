@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cohort.pipelines.table_retention import (
+from cohort.pipelines.tables.retention import (
     DEFAULT_RETENTION,
     TableRetention,
     delta_configuration,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cohort.assignment.messages import FOLD, RESET, LedgerEntry
-from cohort.assignment.trail import TrailEvent, TrailMark, decide_trail
+from cohort.assignment.ledger.trail import TrailEvent, TrailMark, decide_trail
+from cohort.assignment.protocol.messages import FOLD, RESET, LedgerEntry
 
 START = TrailMark.start("t", 0)
 

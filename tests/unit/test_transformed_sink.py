@@ -15,8 +15,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cohort.pipelines.sink import SinkLayout
-from cohort.pipelines.transformed_sink import TransformedWriter, _by_partition, arrow_writable, utc_schema
+from cohort.pipelines.sink.layout import SinkLayout
+from cohort.pipelines.tasks.transformed_writer import TransformedWriter, _by_partition, arrow_writable, utc_schema
 
 
 def _batch(keys: list[tuple[str, int]], offsets: list[int] | None = None) -> pa.RecordBatch:

@@ -1,0 +1,1 @@
+"""The fenced offset ledger: committed ranges, resets, retention folds, and the audit trail's marks."""

@@ -1,0 +1,1 @@
+"""Record formats: JSON, the Schema Registry's framing, Avro, Protobuf and JSON Schema decoders."""

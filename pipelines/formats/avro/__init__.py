@@ -1,0 +1,1 @@
+"""Avro: reader and writer schemas matched, unions resolved, records decoded into columns."""

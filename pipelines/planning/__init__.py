@@ -1,0 +1,1 @@
+"""Where each partition's range starts and ends (planning a batch from the ledger and Kafka's watermarks)."""

@@ -1,0 +1,1 @@
+"""The Parquet sink: its layout, staging, publishing swaps, counts, audits and the quarantine's limit."""

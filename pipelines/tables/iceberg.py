@@ -1,0 +1,684 @@
+"""The Apache Iceberg table sink: `TableStore` on pyiceberg's SQL catalog (SQLite for one host, PostgreSQL for
+several), each batch one atomic Iceberg commit.
+
+How Cohort's marks map onto Iceberg:
+
+- **Marks are table properties**, `cohort/<group>/<topic>/<partition>/head`, `.../generation` and `.../reach`
+  (decimal strings), plus `.../last`: the run id and this partition's ranges of the batch that last moved the head
+  (what `last_batch` answers from). Properties are part of the table metadata, so they change in the same commit as
+  the data files and survive snapshot expiry (snapshot summaries do not).
+- **The batch record** also goes to the snapshot summary (`cohort.batch`), as an audit trail.
+- **The compare-and-set is a custom table requirement** (`AssertCohortMarks`). `SqlCatalog.commit_table` validates a
+  commit's requirements against the metadata it has just loaded, then swaps the metadata pointer with a conditional
+  UPDATE: a requirement on the mark properties makes the check and the swap one atomic step. pyiceberg's own
+  requirements do not protect the marks: a properties-only commit (a fence) asserts nothing, and pyiceberg's
+  built-in retry rebases a failed data commit after dropping `AssertRefSnapshotId`, so a zombie would land its
+  duplicate range. The custom requirement is kept and re-validated on those retries. Tables this store creates turn
+  pyiceberg's retries off (`commit.retry.num-retries=0`): the store's own loop reloads, re-checks the marks (and
+  whether the batch already landed) and rebuilds the commit instead.
+
+Requirements are staged with the private `Transaction._stage` (pyiceberg keeps one requirement per type, so all marks
+go into one requirement); they are validated client-side, which SqlCatalog does and a REST catalog would not.
+Files are added by path (`append_data_file` of the Parquet footers, no duplicate scan of every manifest) and
+removed by path in the same snapshot (an overwrite), never by predicate: pyiceberg keeps no statistics for nested
+fields such as `kafka.offset`. A commit that removes a file the table no longer holds (a compaction or a replay
+replaced it after the batch read it) is refused.
+
+Cost over years of commits: the staged metadata is computed once per staged change without pyiceberg's deep copy
+(`MetadataOnceTransaction`), and the catalog reuses the table it loaded while its pointer still names the same
+metadata file (`ReusingSqlCatalog`); what still grows with the snapshots kept is bounded by the retention.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, cast
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pydantic import Field
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, parquet_file_to_data_file, schema_to_pyarrow
+from pyiceberg.manifest import DataFile as IcebergFile
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import ValidatableTableRequirement, _apply_table_update, _TableMetadataUpdateContext
+from pyiceberg.utils.properties import property_as_bool
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from cohort.common.types import TopicPartition
+from cohort.pipelines.tables.maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
+from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, maintenance_due
+from cohort.pipelines.tables.store import (
+    BatchRecord,
+    DataFile,
+    NewFile,
+    PartitionMark,
+    TableCommit,
+    TableConflictError,
+    TableSchemaError,
+    compare_and_set,
+    mark_key,
+    parse_data_path,
+    removes_gone,
+    swapped,
+    unify_schemas,
+)
+
+__all__ = [
+    "BATCH_SUMMARY_KEY",
+    "CATALOG_NAME",
+    "AssertCohortMarks",
+    "IcebergTableStore",
+    "MetadataOnceTransaction",
+    "ReusingSqlCatalog",
+]
+
+CATALOG_NAME = "cohort"
+BATCH_SUMMARY_KEY = "cohort.batch"
+_MARKS = ("head", "generation", "reach")  # PartitionMark's fields, each a property `<mark key>/<field>`
+_LAST = "/last"
+_CREATE_PROPERTIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}  # the store's loop retries, re-checking the marks
+_CATALOG_CREATE_ATTEMPTS = 8
+
+
+class AssertCohortMarks(ValidatableTableRequirement):
+    """The table's mark properties still hold what the batch read (None: the key is absent). SqlCatalog validates it
+    against the freshly loaded metadata inside `commit_table`, and pyiceberg's retries keep it."""
+
+    type: Literal["assert-cohort-marks"] = Field(default="assert-cohort-marks")
+    properties: dict[str, str | None] = Field(default_factory=dict)
+
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]  # as pyiceberg's
+        if base_metadata is None:
+            raise CommitFailedException("cohort: the table no longer exists")
+        for key, expected in self.properties.items():
+            found = base_metadata.properties.get(key)
+            if found != expected:
+                raise CommitFailedException(f"cohort: table property {key} is {found!r}, expected {expected!r}")
+
+
+class MetadataOnceTransaction(Transaction):
+    """pyiceberg's transaction, its staged metadata computed once per staged update and without a deep copy.
+
+    pyiceberg recomputes `Transaction.table_metadata` (every staged update applied to the table's metadata, then a
+    deep copy of the whole of it) on each access, and one append reads it some twenty times: the copies, whose
+    size grows with the snapshots and properties the table keeps, were most of a commit's CPU. The metadata models
+    are frozen and the updates build new ones (pyiceberg 0.12's `_apply_table_update` never changes its base in
+    place), so the result is shared as it is, and kept while the staged updates (an immutable tuple) and the base
+    metadata are the same objects. The catalog's commit still validates and copies the result once."""
+
+    _metadata_of: tuple[tuple[Any, ...], TableMetadata, TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        if not self._updates:
+            return self._table.metadata  # nothing staged: the loaded metadata itself (frozen)
+        updates, base, kept = self._metadata_of or ((), None, None)
+        if kept is None or updates is not self._updates or base is not self._table.metadata:
+            kept = _staged_metadata(self._table.metadata, self._updates)
+            self._metadata_of = (self._updates, self._table.metadata, kept)
+        return kept
+
+
+def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...]) -> TableMetadata:
+    """`update_table_metadata` of pyiceberg without its final deep copy (see `MetadataOnceTransaction`)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
+        metadata = metadata.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
+    return metadata
+
+
+class ReusingSqlCatalog(SqlCatalog):
+    """pyiceberg's SQL catalog, reusing the table it loaded last while the catalog still points at the same
+    metadata file (one indexed query; metadata files are never rewritten, and a table object changes only by a
+    commit the catalog accepted, which moves the pointer with it). Loading reads and parses the whole metadata
+    file, in proportion to the snapshots kept, and a commit loads the table twice (the store, then the catalog's
+    own check)."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self._loaded: dict[tuple[str, ...], Table] = {}
+
+    def load_table(self, identifier: str | tuple[str, ...]) -> Table:
+        key = self.identifier_to_tuple(identifier)
+        cached = self._loaded.get(key)
+        if cached is not None and self._metadata_location(key) == cached.metadata_location:
+            return cached
+        table = super().load_table(identifier)
+        self._loaded[key] = table
+        return table
+
+    def _metadata_location(self, key: tuple[str, ...]) -> str | None:
+        with Session(self.engine) as session:
+            return session.execute(
+                select(IcebergTables.metadata_location).where(
+                    IcebergTables.catalog_name == self.name,
+                    IcebergTables.table_namespace == ".".join(key[:-1]),
+                    IcebergTables.table_name == key[-1],
+                )
+            ).scalar_one_or_none()
+
+
+class IcebergTableStore:
+    """One Iceberg table in a SQL catalog, written by Cohort's sink (see the module docstring for the mapping)."""
+
+    root: str
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        catalog_url: str,
+        identifier: str,
+        max_attempts: int = 8,
+        retention: TableRetention | None = DEFAULT_RETENTION,
+    ) -> None:
+        """`retention`: how long old snapshots are kept and how often the store expires them (None: never)."""
+        namespace, _, name = identifier.rpartition(".")
+        if not namespace or not name or "" in namespace.split("."):
+            raise ValueError(f"an Iceberg table identifier is namespace.table, got {identifier!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if "://" not in root and not root.startswith("file:"):
+            root = os.path.abspath(root)  # a relative location would be written into the metadata as it is
+        self.root = root.rstrip("/")
+        self.identifier = identifier
+        self.namespace = namespace
+        self.max_attempts = max_attempts
+        self._catalog_url = catalog_url  # may hold a password: never in a message or repr
+        self._catalog_instance: SqlCatalog | None = None
+        self._retention = retention
+
+    def __repr__(self) -> str:
+        return f"IcebergTableStore(identifier={self.identifier!r}, root={self.root!r})"
+
+    def __str__(self) -> str:
+        return f"Iceberg table {self.identifier} at {self.root}"
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether the catalog holds the table (the first commit that adds a file creates it)."""
+        with self._catalog_errors():
+            return self._catalog().table_exists(self.identifier)
+
+    def schema(self) -> pa.Schema | None:
+        """The table's schema as plain Arrow types (see `arrow_schema`), None if it does not exist."""
+        table = self._load()
+        return None if table is None else arrow_schema(table.schema())
+
+    def marks(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, PartitionMark]:
+        """The partitions' marks from the table's properties (all None for a missing table)."""
+        keys = {tp: mark_key(group, tp) for tp in partitions}
+        table = self._load()
+        properties = {} if table is None else table.properties
+        return {tp: _read_mark(properties, key) for tp, key in keys.items()}
+
+    def files(self, partitions: Sequence[TopicPartition]) -> list[DataFile]:
+        """The current snapshot's data files of `partitions` in Cohort's layout, sorted; read from the manifests
+        (no scan planning, no metrics decoding)."""
+        wanted = set(partitions)
+        table = self._load()
+        if table is None or not wanted:
+            return []
+        return sorted(ours for ours, _ in self._live_files(table) if ours.tp in wanted)
+
+    def all_files(self) -> list[DataFile]:
+        """Every data file of the current snapshot in Cohort's layout, sorted."""
+        table = self._load()
+        return [] if table is None else sorted(ours for ours, _ in self._live_files(table))
+
+    def foreign_files(self) -> list[str]:
+        """The current snapshot's data files outside Cohort's layout (relative to the root when under it)."""
+        table = self._load()
+        if table is None:
+            return []
+        return sorted(
+            entry.data_file.file_path if relative is None else relative
+            for entry, relative, _ in self._entries(table)
+            if relative is None or parse_data_path(relative, 0) is None
+        )
+
+    def last_batch(self, group: str, tp: TopicPartition, head: int) -> BatchRecord | None:
+        """The batch that moved `tp`'s head to `head`, from the `/last` property (it outlives snapshot expiry)."""
+        key = mark_key(group, tp)
+        table = self._load()
+        return None if table is None else _last_batch(table.properties, key, tp, head)
+
+    # -- committing ---------------------------------------------------------------------------------------------
+
+    def commit(self, change: TableCommit) -> None:
+        """Land `change` in one Iceberg commit if the table still holds `change.expected`; nothing when it already
+        landed. TableConflictError when the marks moved, TableSchemaError for rows that do not fit, ValueError or
+        FileNotFoundError for a data file that is not what the batch says (checked before anything is written)."""
+        unknown = sorted(set(change.heads) - set(change.expected))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: a table commit moves the head only of a partition whose marks it expects")
+        self._check_files_exist(change.adds)
+        with self._catalog_errors():
+            failure = self._commit_with_retries(change)
+        if failure is not None:
+            raise TableConflictError(
+                f"{self}: gave up after {self.max_attempts} attempts, other commits kept changing the table "
+                f"(last: {failure})"
+            )
+
+    def _commit_with_retries(self, change: TableCommit) -> str | None:
+        """Commit `change` (or find it landed), reloading and re-checking after each lost race; None when done,
+        else the last failure once `max_attempts` are spent."""
+        first_schema = unify_schemas(None, change.adds)[0] if change.adds else change.schema
+        failure = ""
+        for attempt in range(self.max_attempts):
+            table = self._load()
+            if table is None:
+                if first_schema is None:  # the first commit that adds a file (or names a schema) creates it
+                    return None
+                self._landed(change, {})  # raises if the batch expected marks the (missing) table cannot hold
+                for new in change.adds:
+                    _check_required_fields(first_schema, new)
+                table = self._create(first_schema)
+            if self._landed(change, table.properties):
+                return None
+            live = {ours.path: theirs for ours, theirs in self._live_files(table)} if change.removes else {}
+            if change.removes and swapped(change, live):
+                return None  # a replay that leaves the marks as they were, already applied (its answer was lost)
+            try:
+                based_on = table.last_sequence_number
+                self._commit_once(table, change, live)
+                self._maintain(table, based_on, change)
+                return None
+            except CommitFailedException as error:  # the marks moved, or another commit won the catalog's swap
+                failure = _first_line(error)
+                if attempt + 1 < self.max_attempts:
+                    time.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))
+        return failure
+
+    def _landed(self, change: TableCommit, properties: Mapping[str, str]) -> bool:
+        """The compare-and-set on the marks (`compare_and_set`) against the table's properties."""
+        group = change.owner.group
+        current = {tp: _read_mark(properties, mark_key(group, tp)) for tp in change.expected}
+        return compare_and_set(
+            change,
+            current,
+            lambda tp, head: _last_batch(properties, mark_key(group, tp), tp, head),
+            where=f" in {self.identifier}",
+        )
+
+    def _commit_once(self, table: Table, change: TableCommit, live: Mapping[str, IcebergFile]) -> None:
+        """Stage and commit `change` as one transaction on `table`, guarded by the marks it expects; `live`: the
+        table's files by relative path (needed only when the commit removes files)."""
+        current = arrow_schema(table.schema())
+        _, gained = unify_schemas(current, change.adds)
+        for new in change.adds:
+            _check_required_fields(current, new)
+        removes_gone(change, live, str(self))
+        removed = [live[r.path] for r in change.removes]
+        tx = MetadataOnceTransaction(table)
+        tx._stage((), (AssertCohortMarks(properties=self._expected_properties(change)),))  # type: ignore[arg-type]
+        if gained:
+            try:
+                with tx.update_schema() as update:
+                    update.union_by_name(pa.schema(gained))
+            except (UnsupportedPyArrowTypeException, ValueError, TypeError) as error:
+                raise TableSchemaError(f"{self}: cannot add {[f.name for f in gained]}: {_first_line(error)}") from None
+        if change.adds or change.removes:
+            self._stage_snapshot(tx, table, change, removed)
+        properties = self._new_properties(change)
+        if properties:
+            tx.set_properties(properties)
+        try:
+            tx.commit_transaction()
+        except ValidationException as error:  # an overwrite rebased by pyiceberg found a removed file gone
+            raise TableConflictError(f"{self}: the commit's removes no longer apply: {_first_line(error)}") from None
+
+    def _maintain(self, table: Table, based_on: int, change: TableCommit) -> None:
+        """Expire old snapshots (cohort.pipelines.tables.maintenance) after a commit that took the table's sequence
+        number past a multiple of `every_commits`, then (after a batch's commit) compact the small files of the
+        batch's group; outside the compare-and-set: a failure is logged, never raised."""
+        retention = self._retention
+        after = table.last_sequence_number
+        if retention is None or not maintenance_due(based_on, after, retention.every_commits):
+            return
+        run_safely(str(self), lambda: expire_iceberg(table, retention, self._relative))
+        if change.batch is not None and retention.compact_files:
+            run_safely(str(self), lambda: compact_files(self, change.owner.group, retention))
+
+    def _stage_snapshot(self, tx: Transaction, table: Table, change: TableCommit, removed: list[IcebergFile]) -> None:
+        """The snapshot of the commit: its added and removed files, the batch record in its summary."""
+        metadata = tx.table_metadata
+        if metadata.name_mapping() is None:  # files carry no field ids: readers resolve their columns by name
+            mapping = metadata.schema().name_mapping.model_dump_json()
+            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+            metadata = tx.table_metadata
+        added = [self._data_file(table, metadata, new) for new in change.adds]
+        summary = {}
+        if change.batch is not None:
+            summary[BATCH_SUMMARY_KEY] = _json({"group": change.owner.group, **change.batch.to_json()})
+        update = tx.update_snapshot(snapshot_properties=summary)
+        if removed:
+            with update.overwrite() as overwrite:
+                for old in removed:
+                    overwrite.delete_data_file(old)
+                for data_file in added:
+                    overwrite.append_data_file(data_file)
+            return
+        merge = property_as_bool(metadata.properties, TableProperties.MANIFEST_MERGE_ENABLED, False)
+        with update.merge_append() if merge else update.fast_append() as append:
+            for data_file in added:
+                append.append_data_file(data_file)
+
+    def _data_file(self, table: Table, metadata: TableMetadata, new: NewFile) -> IcebergFile:
+        """The Iceberg data file of an added Parquet file, from its footer (statistics, row count)."""
+        try:
+            data_file = parquet_file_to_data_file(table.io, metadata, f"{self.root}/{new.path}")
+        except ValueError as error:
+            raise TableSchemaError(
+                f"{new.path}: the file's columns do not fit the schema of {self.identifier}: {_mismatch(error)}"
+            ) from None
+        if data_file.record_count != new.records:
+            raise ValueError(
+                f"{new.path} under {self.root} holds {data_file.record_count} rows, the batch wrote {new.records}"
+            )
+        return data_file
+
+    def _expected_properties(self, change: TableCommit) -> dict[str, str | None]:
+        expected: dict[str, str | None] = {}
+        for tp, mark in change.expected.items():
+            key = mark_key(change.owner.group, tp)
+            for name in _MARKS:
+                value = getattr(mark, name)
+                expected[f"{key}/{name}"] = None if value is None else str(value)
+        return expected
+
+    def _new_properties(self, change: TableCommit) -> dict[str, str]:
+        """The marks the commit leaves, and the record of the batch for each partition whose head it moves."""
+        properties: dict[str, str] = {}
+        for tp, mark in change.marks().items():
+            key = mark_key(change.owner.group, tp)
+            for name in _MARKS:
+                value = getattr(mark, name)
+                if value is not None:
+                    properties[f"{key}/{name}"] = str(value)
+        if change.batch is not None:
+            for tp in change.heads:
+                record = BatchRecord(change.batch.run_id, change.batch.for_partition(tp))
+                properties[mark_key(change.owner.group, tp) + _LAST] = _json(record.to_json())
+        return properties
+
+    def _check_files_exist(self, adds: Sequence[NewFile]) -> None:
+        """Refuse a batch whose files are not all under the root with the sizes it wrote (before any commit)."""
+        if not adds:
+            return
+        for new in adds:
+            if parse_data_path(new.path, new.records) is None:
+                raise ValueError(f"{new.path} is not a data file path of Cohort's layout (data/topic=.../...)")
+        filesystem, base = pafs.FileSystem.from_uri(self.root)
+        infos = filesystem.get_file_info([f"{base}/{new.path}" for new in adds])
+        for new, info in zip(adds, infos, strict=True):
+            if info.type != pafs.FileType.File:
+                raise FileNotFoundError(f"{new.path} does not exist under {self.root}: the batch's file is missing")
+            if info.size != new.size:
+                raise ValueError(f"{new.path} under {self.root} is {info.size} bytes, the batch wrote {new.size}")
+
+    # -- the catalog --------------------------------------------------------------------------------------------
+
+    def _catalog(self) -> SqlCatalog:
+        if self._catalog_instance is None:
+            try:
+                catalog = ReusingSqlCatalog(
+                    CATALOG_NAME,
+                    uri=self._catalog_url,
+                    warehouse=self.root,
+                    pool_pre_ping="true",
+                    init_catalog_tables="false",  # created below, where concurrent creators are expected
+                )
+            except ArgumentError:
+                raise ValueError(f"{self}: the catalog URL is not a SQLAlchemy URL") from None
+            _create_catalog_tables(catalog)
+            self._catalog_instance = catalog
+        return self._catalog_instance
+
+    def _load(self) -> Table | None:
+        with self._catalog_errors():
+            try:
+                return self._catalog().load_table(self.identifier)
+            except NoSuchTableError:
+                return None
+
+    def _create(self, schema: pa.Schema) -> Table:
+        """The table, created with `schema` at the root unless a concurrent creator was first."""
+        with self._catalog_errors():
+            catalog = self._catalog()
+            try:
+                catalog.create_namespace_if_not_exists(self.namespace)
+            except IntegrityError:  # a concurrent creator was first (SqlCatalog does not say "already exists")
+                if not catalog.namespace_exists(self.namespace):
+                    raise
+            try:
+                properties = dict(_CREATE_PROPERTIES) | (ICEBERG_PROPERTIES if self._retention is not None else {})
+                return catalog.create_table_if_not_exists(
+                    self.identifier, schema=schema, location=self.root, properties=properties
+                )
+            except (UnsupportedPyArrowTypeException, TypeError) as error:
+                raise TableSchemaError(f"{self}: cannot create the table: {_first_line(error)}") from None
+
+    def _live_files(self, table: Table) -> Iterator[tuple[DataFile, IcebergFile]]:
+        """The data files of the table's current snapshot that follow Cohort's layout under the root."""
+        for entry, relative, added_ms in self._entries(table):
+            data = entry.data_file
+            ours = None
+            if relative is not None:
+                ours = parse_data_path(relative, data.record_count, size=data.file_size_in_bytes, added_ms=added_ms)
+            if ours is not None:
+                yield ours, data
+
+    def _entries(self, table: Table) -> Iterator[tuple[Any, str | None, int | None]]:
+        """The live data entries of the current snapshot: the entry, its path relative to the root (None outside
+        it), and when the snapshot that added it was made (None when the table no longer keeps that snapshot)."""
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return
+        made = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
+        for manifest in snapshot.manifests(table.io):
+            if manifest.content != ManifestContent.DATA:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                added = None if entry.snapshot_id is None else made.get(entry.snapshot_id)
+                yield entry, self._relative(entry.data_file.file_path), added
+
+    def _relative(self, location: str) -> str | None:
+        path, root = _without_file_scheme(location), _without_file_scheme(self.root)
+        return path[len(root) + 1 :] if path.startswith(root + "/") else None
+
+    @contextmanager
+    def _catalog_errors(self) -> Iterator[None]:
+        """Database errors as one short line naming the table, never the catalog URL (it may hold a password)."""
+        try:
+            yield
+        except SQLAlchemyError as error:
+            reason = _first_line(getattr(error, "orig", None) or error)
+            for secret in (self._catalog_url, _password(self._catalog_url)):
+                if secret:
+                    reason = reason.replace(secret, "***")
+            raise RuntimeError(f"{self}: the Iceberg catalog failed: {reason}") from None
+
+
+def _create_catalog_tables(catalog: SqlCatalog) -> None:
+    """Create the SQL catalog's own tables where they are missing, tolerating concurrent creators.
+
+    Slots of one run (threads or processes, on one host or several) open a fresh catalog at the same moment;
+    pyiceberg checks for its tables, then creates them, so a creator that lost the race between the two fails
+    ("table iceberg_tables already exists" on SQLite, a duplicate key or relation on PostgreSQL). The check and
+    the creation (only of what is missing) are run again until they agree.
+    """
+    for attempt in range(_CATALOG_CREATE_ATTEMPTS):
+        try:
+            catalog.create_tables()  # SQLAlchemy's create_all: checks each table first, creates the missing ones
+            return
+        except (OperationalError, ProgrammingError, IntegrityError):
+            if attempt + 1 == _CATALOG_CREATE_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))  # another creator was first: look again
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema of an Iceberg schema as Parquet writers produce it (string, binary, list; not pyiceberg's
+    large_* types), so that it compares equal to the schema of the files the batches add."""
+    converted = schema_to_pyarrow(schema, include_field_ids=False)
+    return pa.schema([_plain_field(f) for f in converted])
+
+
+def _plain_field(f: pa.Field) -> pa.Field:
+    return f.with_type(_plain_type(f.type))
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if isinstance(t, pa.MapType):  # before lists: a map type is a list type
+        key, item = _plain_field(t.key_field), _plain_field(t.item_field)
+        return pa.map_(cast(Any, key), cast(Any, item), t.keys_sorted)  # fields keep nullability (stubs: types only)
+    if isinstance(t, (pa.ListType, pa.LargeListType)):
+        return pa.list_(_plain_field(t.value_field))
+    if isinstance(t, pa.StructType):
+        return pa.struct([_plain_field(t.field(i)) for i in range(t.num_fields)])
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
+
+
+def _check_required_fields(table: pa.Schema, new: NewFile) -> None:
+    """TableSchemaError when a file lacks a field the table requires, or lets it be null, at any depth: Iceberg
+    refuses such a file (and pyiceberg prints its whole schema comparison on the way)."""
+    for f in table:
+        index = new.schema.get_field_index(f.name)
+        problem = _required_gap(f, new.schema.field(index) if index >= 0 else None, f.name)
+        if problem is not None:
+            raise TableSchemaError(f"{new.path.rsplit('/', 1)[0]} {problem}, which the table requires (not null)")
+
+
+def _required_gap(table: pa.Field, batch: pa.Field | None, path: str) -> str | None:
+    """How the file's field `batch` (None: absent) fails what the table's field `table` requires, None if not."""
+    if batch is None:
+        return None if table.nullable else f"has no field {path!r}"
+    if not table.nullable and batch.nullable:
+        return f"has a nullable field {path!r}"
+    for table_child, batch_child, name in _children(table.type, batch.type):
+        problem = _required_gap(table_child, batch_child, f"{path}.{name}")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _children(table: pa.DataType, batch: pa.DataType) -> list[tuple[pa.Field, pa.Field | None, str]]:
+    """The nested fields of two types of the same shape, paired by name (struct), element or map value."""
+    if isinstance(table, pa.MapType) and isinstance(batch, pa.MapType):
+        return [(table.item_field, batch.item_field, "value")]
+    if isinstance(table, (pa.ListType, pa.LargeListType)) and isinstance(batch, (pa.ListType, pa.LargeListType)):
+        return [(table.value_field, batch.value_field, "element")]
+    if isinstance(table, pa.StructType) and isinstance(batch, pa.StructType):
+        pairs: list[tuple[pa.Field, pa.Field | None, str]] = []
+        for child in table:
+            index = batch.get_field_index(child.name)
+            pairs.append((child, batch.field(index) if index >= 0 else None, child.name))
+        return pairs
+    return []
+
+
+def _read_mark(properties: Mapping[str, str], key: str) -> PartitionMark:
+    return PartitionMark(*(_number(properties, f"{key}/{name}") for name in _MARKS))
+
+
+def _number(properties: Mapping[str, str], key: str) -> int | None:
+    value = properties.get(key)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"table property {key} is {value!r}, not an offset or generation")
+    return int(value)
+
+
+def _last_batch(properties: Mapping[str, str], key: str, tp: TopicPartition, head: int) -> BatchRecord | None:
+    """The batch record kept for `tp`, if the range it recorded last for `tp` ends at `head`."""
+    try:
+        record = BatchRecord.from_json(json.loads(properties.get(key + _LAST, "null")))
+    except ValueError:
+        return None
+    ranges = () if record is None else record.for_partition(tp)
+    return record if ranges and ranges[-1].until_offset == head else None
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _first_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _mismatch(error: ValueError) -> str:
+    """pyiceberg's schema mismatch (a drawn table of every field) cut to the mismatching fields."""
+    rows = [line for line in str(error).splitlines() if "\u274c" in line]
+    if not rows:
+        return _first_line(error)
+    cells = [[c.strip() for c in row.replace("\u274c", "").split("\u2502") if c.strip()] for row in rows]
+    return "; ".join(" in the table, ".join(c) + " in the file" for c in cells)
+
+
+def _without_file_scheme(location: str) -> str:
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    return location[len("file:") :] if location.startswith("file:/") else location
+
+
+def _password(url: str) -> str | None:
+    try:
+        return make_url(url).password
+    except ArgumentError:
+        return None
+
+
+def referenced_data_paths(store: IcebergTableStore) -> tuple[list[str], Iterator[str]]:
+    """Read-only: (the data files the current snapshot holds, then, lazily, those every other snapshot the table
+    keeps holds, newest first, each manifest read once), as paths relative to the table root (files elsewhere are
+    left out). A file a snapshot deleted is held by the snapshots before it, as long as the table keeps one. What
+    cohort.pipelines.tables.files compares the files on disk with."""
+    table = store._load()
+    if table is None:
+        return [], iter(())
+    seen: set[str] = set()
+
+    def paths(snapshot: Any) -> Iterator[str]:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.content != ManifestContent.DATA or manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                relative = store._relative(entry.data_file.file_path)
+                if relative is not None:
+                    yield relative
+
+    current = table.current_snapshot()
+    listed = list(paths(current)) if current is not None else []
+    others = sorted(
+        (s for s in table.metadata.snapshots if current is None or s.snapshot_id != current.snapshot_id),
+        key=lambda s: s.timestamp_ms,
+        reverse=True,
+    )
+    return listed, (path for snapshot in others for path in paths(snapshot))

@@ -1,0 +1,312 @@
+"""Parquet written by the reading tasks themselves (pyarrow), into the sink's staging layout.
+
+When the batch has no user transform and pyarrow can write to the sink's file system (local paths and
+`file://`, HDFS, S3, GCS, ...), each reading task writes its span's sink and quarantine rows straight to
+`<root>/_staging/<attempt>/topic=<t>/partition=<p>/part-<from>-<until>.parquet`, the same staging layout a
+Spark write produces; publishing, counting and committing are unchanged (cohort.pipelines.sink.layout,
+cohort.pipelines.batch.run).
+No record crosses into the JVM. A file appears under its final name only when complete (written under a
+hidden temporary name, then moved), so a task that dies mid-write leaves nothing a count or a reader sees.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from cohort.pipelines.formats.decode import RAW_VALUE_COLUMN, REASON_COLUMN
+from cohort.pipelines.sink.layout import SinkError, SinkLayout
+from cohort.pipelines.tasks.arrow_transform import ArrowTransform, apply_arrow_transform
+from cohort.pipelines.tasks.checked import RecordChecker
+from cohort.pipelines.tasks.reader import OffsetSpan
+
+if TYPE_CHECKING:
+    from cohort.pipelines.sink.counts import OutputShape
+
+__all__ = ["ArrowFs", "ArrowStagedWriter", "SpanFile", "arrow_compression", "arrow_filesystem", "span_file_name"]
+
+ArrowCodec = Literal["snappy", "gzip", "zstd", "lz4", "none"]
+"""A Parquet codec name pyarrow's writer takes (and the tasks may write)."""
+
+_COMPRESSION: dict[str, ArrowCodec] = {
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "zstd": "zstd",
+    "lz4": "lz4",
+    "none": "none",
+    "uncompressed": "none",
+}
+
+
+def arrow_compression(codec: str) -> ArrowCodec | None:
+    """pyarrow's name for a Spark Parquet codec, None when the tasks must not write it: pyarrow has no such
+    codec, or Spark's reader could not read it back (brotli needs a codec jar Spark does not ship)."""
+    return _COMPRESSION.get(codec.lower())
+
+
+def arrow_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
+    """(file system, path) of a sink URI for pyarrow, None when pyarrow cannot write there (the batch then
+    writes through Spark). Plain paths are local, relative ones resolved against the working directory,
+    as Spark resolves them."""
+    if "://" not in uri:
+        if ":" in uri.split("/", 1)[0]:  # a Hadoop URI such as file:/x or s3a:/x: leave it to Spark
+            return None
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ArrowStagedWriter:
+    """Writes the checked rows of spans into one attempt's staging areas (pickled into the tasks)."""
+
+    sink: SinkLayout
+    quarantine: SinkLayout
+    attempt: str
+    compression: str
+    checker: RecordChecker
+    arrow_transform: ArrowTransform | None = None
+
+    def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
+        """Write every checked batch of `span`: valid rows (through the Arrow transform, if any) to the sink
+        staging, failed ones to quarantine."""
+        codec = arrow_compression(self.compression)
+        name = span_file_name(span)
+        sink = SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
+        quarantine = SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
+        try:
+            for batch in checked:
+                failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
+                rows = self.checker.sink_rows(batch)
+                if self.arrow_transform is not None:
+                    rows = apply_arrow_transform(self.arrow_transform, rows, span.topic, span.partition)
+                sink.write(rows, rows.schema)
+                if failed:
+                    quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
+            sink.commit()
+            quarantine.commit()
+        finally:
+            sink.abandon()
+            quarantine.abandon()
+
+    def pass_valid(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Write `span`'s failed rows to the quarantine staging and yield its valid rows (checked batches without
+        their raw values) for Spark to transform and write: the quarantine never enters the JVM."""
+        quarantine = SpanFile(
+            self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition),
+            span_file_name(span),
+            arrow_compression(self.compression),
+        )
+        try:
+            for batch in checked:
+                valid = batch.column(REASON_COLUMN).is_null()
+                if batch.column(REASON_COLUMN).null_count < batch.num_rows:
+                    quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
+                    batch = batch.filter(valid)
+                if batch.num_rows:
+                    raw = batch.schema.get_field_index(RAW_VALUE_COLUMN)
+                    yield batch.set_column(raw, RAW_VALUE_COLUMN, pa.nulls(batch.num_rows, pa.binary()))
+            quarantine.commit()
+        finally:
+            quarantine.abandon()
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet paths of the string columns (struct fields included): the columns dictionary encoding is
+    for. Numbers, timestamps and bytes (offsets, ids, keys, raw values: mostly distinct) are written plain,
+    where building a dictionary for each page costs more time than it saves bytes."""
+    found: list[str] = []
+
+    def visit(field: pa.Field[Any], prefix: str) -> None:
+        path = f"{prefix}{field.name}"
+        if pa.types.is_struct(field.type):
+            for child in field.type:
+                visit(child, f"{path}.")
+        elif pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            found.append(path)
+
+    for field in schema:
+        visit(field, "")
+    return found
+
+
+def span_file_name(span: OffsetSpan) -> str:
+    """The name (without `.parquet`) of a reading task's file for `span`: a retried task rewrites the same name."""
+    return f"part-{span.from_offset}-{span.until_offset}"
+
+
+class SpanFile:
+    """One task's Parquet file `<name>.parquet` in one staging directory, opened on the first row."""
+
+    def __init__(self, directory: str, name: str, compression: ArrowCodec | None) -> None:
+        resolved = arrow_filesystem(directory)
+        if resolved is None:
+            raise ValueError(f"pyarrow cannot write to {directory}")
+        self.directory = directory
+        self._fs, self._dir = resolved
+        self._name = f"{name}.parquet"
+        self._temporary = f"{self._dir}/.{self._name}.{uuid.uuid4().hex}.tmp"
+        self._compression = compression
+        self._writer: Any = None
+
+    def write(self, rows: pa.Table, schema: pa.Schema) -> None:
+        if not rows.num_rows:
+            return
+        if self._writer is not None and schema != self._writer.schema:
+            raise SinkError(
+                f"rows for {self.directory} changed schema within one file (a transform must return one schema for "
+                f"every batch): {self._writer.schema} became {schema}"
+            )
+        if self._writer is None:
+            self._fs.create_dir(self._dir, recursive=True)
+            compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None
+            self._writer = pq.ParquetWriter(
+                self._temporary,
+                schema,
+                filesystem=self._fs,
+                compression=compression,
+                use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]  # (stubs: bool only)
+            )
+        self._writer.write_table(rows)
+
+    def commit(self) -> None:
+        """Close the file and move it under its final name (nothing happens when no row was written)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._fs.move(self._temporary, f"{self._dir}/{self._name}")
+
+    def abandon(self) -> None:
+        """After a failure: close and delete the temporary file, if any."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._fs.delete_file(self._temporary)
+
+
+class ArrowFs:
+    """The sink's file operations (those of cohort.pipelines.sink.layout.HadoopFs) through pyarrow, for roots pyarrow
+    can reach: no JVM round trip per call, and footers counted without the JVM's Parquet reader."""
+
+    def _resolve(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        resolved = arrow_filesystem(uri)
+        if resolved is None:
+            raise SinkError(f"pyarrow cannot reach {uri}")
+        return resolved
+
+    def _info(self, uri: str) -> tuple[pafs.FileSystem, str, pafs.FileInfo]:
+        fs, path = self._resolve(uri)
+        return fs, path, fs.get_file_info(path)
+
+    def exists(self, uri: str) -> bool:
+        return self._info(uri)[2].type != pafs.FileType.NotFound
+
+    def list_names(self, uri: str) -> list[str]:
+        """Names directly under `uri`; [] when it does not exist."""
+        fs, path, info = self._info(uri)
+        if info.type != pafs.FileType.Directory:
+            return []
+        return sorted(entry.base_name for entry in fs.get_file_info(pafs.FileSelector(path)))
+
+    def delete(self, uri: str) -> None:
+        fs, path, info = self._info(uri)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type != pafs.FileType.NotFound:
+            fs.delete_file(path)
+
+    def touch(self, uri: str) -> None:
+        fs, path = self._resolve(uri)
+        with fs.open_output_stream(path):
+            pass
+
+    def rename(self, source: str, target: str) -> None:
+        """Move `source` to `target`, which must not exist; its parent is created."""
+        fs, src = self._resolve(source)
+        _, dst, info = self._info(target)
+        if info.type != pafs.FileType.NotFound:
+            raise SinkError(f"cannot move {source} to {target}: the target exists")
+        fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        fs.move(src, dst)
+
+    def make_dirs(self, uri: str) -> None:
+        fs, path = self._resolve(uri)
+        fs.create_dir(path, recursive=True)
+
+    def _local(self, uri: str) -> str | None:
+        fs, path = self._resolve(uri)
+        return path if isinstance(fs, pafs.LocalFileSystem) else None
+
+    def can_swap(self, uri: str) -> bool:
+        """Whether directories at `uri` can be swapped atomically (local file systems with renameat2)."""
+        path = self._local(uri)
+        while path and not os.path.isdir(path):
+            path = os.path.dirname(path) if os.path.dirname(path) != path else None
+        from cohort.pipelines.sink.swap import exchange_supported  # the driver's, for replays
+
+        return bool(path) and exchange_supported(path)  # type: ignore[arg-type]
+
+    def swap(self, first: str, second: str) -> None:
+        """Swap two existing directories in one step (see cohort.pipelines.sink.swap)."""
+        a, b = self._local(first), self._local(second)
+        if a is None or b is None:
+            raise SinkError(f"cannot swap {first} and {second}: not on a local file system")
+        from cohort.pipelines.sink.swap import exchange
+
+        try:
+            exchange(a, b)
+        except OSError as exc:
+            raise SinkError(str(exc)) from exc
+
+    def link_tree(self, source: str, target: str) -> None:
+        """`source` again at `target`, its files hard-linked (local file systems)."""
+        a, b = self._local(source), self._local(target)
+        if a is None or b is None:
+            raise SinkError(f"cannot link {source} to {target}: not on a local file system")
+        from cohort.pipelines.sink.swap import link_tree
+
+        link_tree(a, b)
+
+    def write_offset_slice(self, source: str, target: str, from_offset: int, until_offset: int, *, name: str) -> int:
+        """The rows of range directory `source` with offsets in [from, until) as `target/name`; their count."""
+        a, b = self._local(source), self._local(target)
+        if a is None or b is None:
+            raise SinkError(f"cannot rewrite {source}: not on a local file system")
+        from cohort.pipelines.sink.swap import write_offset_slice
+
+        return write_offset_slice(a, b, from_offset, until_offset, name=name)
+
+    def offset_shape(self, uri: str) -> OutputShape:
+        """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read).
+        Driver side: its imports (pyarrow.dataset loads pandas) stay out of the reading tasks."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from cohort.pipelines.sink.counts import OutputShape
+
+        fs, path = self._resolve(uri)
+        files = [f"{path}/{n}" for n in self.list_names(uri) if n.endswith(".parquet") and n[0] not in "_."]
+        if not files:
+            return OutputShape(0, 0)
+        table = ds.dataset(files, filesystem=fs, format="parquet").to_table(columns={"o": pc.field("kafka", "offset")})
+        return OutputShape.of(table.column("o"))
+
+    def parquet_record_count(self, uri: str) -> int:
+        """Rows in the Parquet files directly under `uri`, from their footers (no data is read)."""
+        total = 0
+        fs, path = self._resolve(uri)
+        for name in self.list_names(uri):
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            with fs.open_input_file(f"{path}/{name}") as handle:
+                total += pq.ParquetFile(handle).metadata.num_rows
+        return total
