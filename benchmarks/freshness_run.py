@@ -73,9 +73,9 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
     from cohort.assets.factory import build_cohort_definitions
     from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
     from cohort.assignment.member import GroupMember
-    from cohort.pipelines.batch import run as batch
     from cohort.pipelines.batch.results import BatchResult
     from cohort.pipelines.batch.run import run_batch
+    from cohort.pipelines.planning import batch_plan as batch
     from cohort.pipelines.spark import is_connect
     from cohort.pipelines.spec import PipelineSpec
     from cohort.resources import CohortGroupResource, KafkaResource, SparkResource

@@ -19,8 +19,9 @@ from cohort.common.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from cohort.pipelines.batch.results import BatchResult, CountMismatchError, PartitionResult
-    from cohort.pipelines.batch.run import plan_for, run_batch
+    from cohort.pipelines.batch.run import run_batch
     from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, MirrorError, kafka_committed
+    from cohort.pipelines.planning.batch_plan import plan_for
     from cohort.pipelines.planning.plan import BatchPlan, OffsetOutOfRangeError, PartitionPlan, PlanLimits, ResetPolicy
     from cohort.pipelines.sink.layout import SinkError, SinkLayout
     from cohort.pipelines.spark import build_session
@@ -57,7 +58,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "plan_for": "cohort.pipelines.batch.run",
+        "plan_for": "cohort.pipelines.planning.batch_plan",
         "run_batch": "cohort.pipelines.batch.run",
         "KafkaOffsetMirror": "cohort.pipelines.kafka.mirror",
         "MirrorError": "cohort.pipelines.kafka.mirror",

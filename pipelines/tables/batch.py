@@ -32,17 +32,11 @@ import pyarrow.parquet as pq
 
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.batch.commit import commit_ranges, commit_ranges_to, mirror_commits, partition_result
 from cohort.pipelines.batch.results import AdoptedRange, BatchResult
-from cohort.pipelines.batch.run import (
-    _commit,
-    _commit_ranges,
-    _mirror,
-    _partition_result,
-    _stage,
-    _timed,
-    plan_for,
-)
+from cohort.pipelines.batch.stage import stage_outputs, timed
 from cohort.pipelines.formats.readers import resolve_readers
+from cohort.pipelines.planning.batch_plan import plan_for
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.planning.positions import RangeLedger
 from cohort.pipelines.replay.check import refuse_changed
@@ -461,27 +455,27 @@ def run_table_batch(
         fs.make_dirs(spec.sink_path)  # the default catalog is a SQLite file there
     stages: dict[str, float] = {}
     spec = resolve_readers(spec, {tp.topic for tp in partitions})
-    with _timed(stages, "reconcile"):
+    with timed(stages, "reconcile"):
         decisions = reconcile_tables(ledger, tables, owner, partitions)
     adopted = tuple(AdoptedRange(r, d.adopt_run) for _, d in sorted(decisions.items()) for r in d.adopt)
-    with _timed(stages, "plan"):
+    with timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
     directories: dict[str, list[str]] = {}
     pending: dict[str, TableCommit] = {}
     try:
-        with _timed(stages, "verify"):
+        with timed(stages, "verify"):
             pairs = ((tables.quarantine, quarantine), (tables.sink, sink))
             held = {t.root: _Held.read(t, layout, owner, plan) for t, layout in pairs}
         outputs = (held[tables.sink.root], held[tables.quarantine.root])
-        stats, counts, checks = _stage(spark, spec, kafka_config, plan, fs, attempt, stages, outputs)
+        stats, counts, checks = stage_outputs(spark, spec, kafka_config, plan, fs, attempt, stages, outputs)
         written = {tp: c.written for tp, c in counts.items()}
         quarantined = {tp: c.quarantined for tp, c in counts.items()}
         if spec.strict_replay:
             refuse_changed(checks)
-        ranges = _commit_ranges(plan, counts, checks)
+        ranges = commit_ranges(plan, counts, checks)
         if ranges:
-            with _timed(stages, "commit"):
+            with timed(stages, "commit"):
                 _confirm_ownership(ledger, plan)
                 record = BatchRecord(run_id, tuple(ranges))
                 for output, schema in (
@@ -497,7 +491,7 @@ def run_table_batch(
                     directories[output.table.root] = sorted(
                         {_abs(output.table, f.path.rsplit("/", 1)[0]) for f in change.adds}
                     )
-                _commit(ledger, ranges, run_id)
+                commit_ranges_to(ledger, ranges, run_id)
     except BaseException:
         kept = [
             t for t in tables.both() if t.root in directories or (t.root in pending and _landed(t, pending[t.root]))
@@ -510,11 +504,11 @@ def run_table_batch(
     tidy_staging(fs, staging_roots(spec.sink_path, spec.quarantine_root, spec.table_format), ledger)
     mirror_error = None
     if mirror is not None:
-        with _timed(stages, "mirror"):
-            mirror_error = _mirror(plan, ranges, ledger, mirror, group, run_id)
+        with timed(stages, "mirror"):
+            mirror_error = mirror_commits(plan, ranges, ledger, mirror, group, run_id)
     return BatchResult(
         run_id=run_id,
-        partitions=tuple(_partition_result(p, stats, counts, None, checks.get(p.tp)) for p in plan.partitions),
+        partitions=tuple(partition_result(p, stats, counts, None, checks.get(p.tp)) for p in plan.partitions),
         committed=tuple(ranges),
         sink_dirs=tuple(directories.get(tables.sink.root, ())),
         quarantine_dirs=tuple(directories.get(tables.quarantine.root, ())),

@@ -50,7 +50,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import ValidatableTableRequirement, _apply_table_update, _TableMetadataUpdateContext
+from pyiceberg.table.update import ValidatableTableRequirement
 from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
@@ -58,6 +58,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, Prog
 from sqlalchemy.orm import Session
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.tables.iceberg_transaction import MetadataOnceTransaction
 from cohort.pipelines.tables.maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, maintenance_due
 from cohort.pipelines.tables.store import (
@@ -81,7 +82,6 @@ __all__ = [
     "CATALOG_NAME",
     "AssertCohortMarks",
     "IcebergTableStore",
-    "MetadataOnceTransaction",
     "ReusingSqlCatalog",
 ]
 
@@ -107,40 +107,6 @@ class AssertCohortMarks(ValidatableTableRequirement):
             found = base_metadata.properties.get(key)
             if found != expected:
                 raise CommitFailedException(f"cohort: table property {key} is {found!r}, expected {expected!r}")
-
-
-class MetadataOnceTransaction(Transaction):
-    """pyiceberg's transaction, its staged metadata computed once per staged update and without a deep copy.
-
-    pyiceberg recomputes `Transaction.table_metadata` (every staged update applied to the table's metadata, then a
-    deep copy of the whole of it) on each access, and one append reads it some twenty times: the copies, whose
-    size grows with the snapshots and properties the table keeps, were most of a commit's CPU. The metadata models
-    are frozen and the updates build new ones (pyiceberg 0.12's `_apply_table_update` never changes its base in
-    place), so the result is shared as it is, and kept while the staged updates (an immutable tuple) and the base
-    metadata are the same objects. The catalog's commit still validates and copies the result once."""
-
-    _metadata_of: tuple[tuple[Any, ...], TableMetadata, TableMetadata] | None = None
-
-    @property
-    def table_metadata(self) -> TableMetadata:
-        if not self._updates:
-            return self._table.metadata  # nothing staged: the loaded metadata itself (frozen)
-        updates, base, kept = self._metadata_of or ((), None, None)
-        if kept is None or updates is not self._updates or base is not self._table.metadata:
-            kept = _staged_metadata(self._table.metadata, self._updates)
-            self._metadata_of = (self._updates, self._table.metadata, kept)
-        return kept
-
-
-def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...]) -> TableMetadata:
-    """`update_table_metadata` of pyiceberg without its final deep copy (see `MetadataOnceTransaction`)."""
-    context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
-        metadata = metadata.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
-    return metadata
 
 
 class ReusingSqlCatalog(SqlCatalog):

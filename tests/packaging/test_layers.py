@@ -1,5 +1,7 @@
-"""The dependency direction, read from the sources: assets -> resources -> pipelines / assignment -> common, the
-Airflow face beside the Dagster one, and neither face imported by the core or by the other.
+"""The dependency direction, read from the sources: assets -> resources -> runtime -> pipelines / assignment ->
+common, the Airflow face beside the Dagster one, and neither face imported by the core or by the other; inside
+pipelines/, what runs on executors (tasks/, formats/) imports none of the driver's rooms; and no import cycle
+anywhere in the package.
 
 A static check of every import statement (module level or inside a function) of each layer's folder, so a
 lazy import cannot slip a Dagster or Airflow dependency into the core.
@@ -14,12 +16,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+_DRIVER_ROOMS = (
+    "cohort.pipelines.batch",
+    "cohort.pipelines.kafka",
+    "cohort.pipelines.planning",
+    "cohort.pipelines.replay",
+    "cohort.pipelines.tables",
+    "cohort.assignment",
+    "sqlalchemy",
+)
+"""The rooms of pipelines/ that run on the driver only: the executors' code (tasks/, formats/) imports none."""
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "common": ("cohort.assignment", "cohort.pipelines", "cohort.resources", "cohort.assets", "cohort.airflow",
                "dagster", "airflow", "pyspark"),
     "assignment": ("cohort.pipelines", "cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow",
                    "pyspark"),
-    "pipelines": ("cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow"),
+    "pipelines": ("cohort.assignment", "cohort.runtime", "cohort.resources", "cohort.assets", "cohort.airflow",
+                  "dagster", "airflow"),
+    "pipelines/tasks": _DRIVER_ROOMS,
+    "pipelines/formats": _DRIVER_ROOMS,
+    "cohort/runtime": ("cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow"),
     "resources": ("cohort.assets", "cohort.airflow", "airflow"),
     "assets": ("cohort.airflow", "airflow"),
     "cohort/airflow": ("cohort.assets", "cohort.resources", "dagster"),
@@ -50,3 +67,94 @@ def test_a_layer_imports_nothing_above_it_or_beside_it(folder: str) -> None:
         if any(name == b or name.startswith(f"{b}.") for b in banned)
     ]
     assert not offenders, offenders
+
+
+LAYERS = {"cohort": "cohort", "common": "cohort.common", "assignment": "cohort.assignment",
+          "pipelines": "cohort.pipelines", "resources": "cohort.resources", "assets": "cohort.assets"}  # fmt: skip
+"""Folder -> its import name (pyproject's package-dir)."""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in LAYERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            found[".".join([package, *parts]).removesuffix(".__init__")] = path
+    return found
+
+
+def _dependencies(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules `path` imports, at module level or in a function (not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                      for a in node.names}  # fmt: skip
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {name for name in found if name in modules}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    """No import cycle anywhere in the package: a module that needs another's code depends on it one way."""
+    modules = _modules()
+    graph = {name: _dependencies(path, modules) - {name} for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """The check above can fail: a three-module loop is found, a chain is not."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
