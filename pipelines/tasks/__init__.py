@@ -1,1 +1,35 @@
-"""What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else."""
+"""What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else.
+
+`EXECUTOR_MODULES` names every module of Cohort a reading task may import, here and in the other rooms whose code
+runs in the tasks (formats/, sink/layout): the worker daemon preloads from it (cohort.pipelines.tasks.python_daemon),
+tests/packaging/test_lean_imports.py holds each to light imports, and docs/architecture.md lists them (a test
+compares). Importing this package imports nothing else.
+"""
+
+EXECUTOR_MODULES: tuple[str, ...] = (
+    "cohort.common",
+    "cohort.pipelines.tasks.reader",
+    "cohort.pipelines.tasks.records",
+    "cohort.pipelines.tasks.native_reader",
+    "cohort.pipelines.tasks._kafka_arrow",
+    "cohort.pipelines.tasks.checked",
+    "cohort.pipelines.tasks.validate",
+    "cohort.pipelines.tasks.writer",
+    "cohort.pipelines.tasks.transformed_writer",
+    "cohort.pipelines.tasks.arrow_transform",
+    "cohort.pipelines.tasks.python_daemon",
+    "cohort.pipelines.formats.decode",
+    "cohort.pipelines.formats.flat_json",
+    "cohort.pipelines.formats._flat_json",
+    "cohort.pipelines.formats.registry_decode",
+    "cohort.pipelines.formats.framing",
+    "cohort.pipelines.formats.registry",
+    "cohort.pipelines.formats.avro.columns",
+    "cohort.pipelines.formats.avro.cursor",
+    "cohort.pipelines.formats.avro.defaults",
+    "cohort.pipelines.formats.avro.match",
+    "cohort.pipelines.formats.avro.schema",
+    "cohort.pipelines.sink.layout",
+)
+"""The modules a reading task may import: the read, decoding (the Schema Registry's formats too: their clients
+load only when a task decodes such a record), the checks, the Parquet writers and the staging layout."""

@@ -13,35 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
 
+from cohort.pipelines.tasks import EXECUTOR_MODULES
 from tests.packaging.support import DEV_PYTHON, clean_env, run
-
-EXECUTOR_MODULES = (
-    "cohort.common",
-    "cohort.pipelines.tasks.reader",
-    "cohort.pipelines.tasks.records",
-    "cohort.pipelines.tasks.native_reader",
-    "cohort.pipelines.tasks._kafka_arrow",
-    "cohort.pipelines.formats.decode",
-    "cohort.pipelines.formats.flat_json",
-    "cohort.pipelines.formats._flat_json",
-    "cohort.pipelines.tasks.checked",
-    "cohort.pipelines.tasks.validate",
-    "cohort.pipelines.sink.layout",
-    "cohort.pipelines.tasks.writer",
-    "cohort.pipelines.tasks.transformed_writer",
-    "cohort.pipelines.tasks.arrow_transform",
-    "cohort.pipelines.formats.registry_decode",
-    "cohort.pipelines.formats.framing",
-    "cohort.pipelines.formats.registry",
-    "cohort.pipelines.formats.avro.columns",
-    "cohort.pipelines.formats.avro.cursor",
-    "cohort.pipelines.formats.avro.defaults",
-    "cohort.pipelines.formats.avro.match",
-    "cohort.pipelines.formats.avro.schema",
-    "cohort.pipelines.tasks.python_daemon",
-)
-"""What a reading task runs: the read (reader), decoding (the Schema Registry formats too: their clients load only
-when a task decodes such a record), checks and the Parquet writer with its layout (sink)."""
 
 ALLOWED_COHORT = frozenset(
     {
