@@ -65,7 +65,8 @@ from cohort.assignment.protocol.messages import (
     SyncPending,
 )
 from cohort.assignment.protocol.rebalance import Context, advance, default_assignor_resolver
-from cohort.assignment.store.sql import GroupStore, HeadReader, SqlGroupStore
+from cohort.assignment.store.protocol import GroupStore, HeadReader
+from cohort.assignment.store.sql import SqlGroupStore
 from cohort.assignment.types import Assignor
 from cohort.assignment.views import GroupDescription, GroupListing, describe
 from cohort.common.names import validate_group_name, validate_instance_id, validate_topic_name

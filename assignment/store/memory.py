@@ -22,7 +22,7 @@ from cohort.assignment.ledger.retention import Fold
 from cohort.assignment.ledger.trail import TrailMark
 from cohort.assignment.protocol.group_state import GroupEvent, GroupRecord
 from cohort.assignment.protocol.messages import Decision, LedgerEntry
-from cohort.assignment.store.sql import HeadReader
+from cohort.assignment.store.protocol import HeadReader
 from cohort.common.types import TopicPartition
 
 __all__ = ["MemoryGroupStore"]

@@ -18,20 +18,17 @@ Example:
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from cohort.assignment.errors import (
     FoldConflictError,
-    InvalidStoreUrlError,
     StaleGroupVersionError,
     StoreError,
     StoreNotFoundError,
@@ -51,6 +48,8 @@ from cohort.assignment.store.codec import (
     event_from_row,
     event_row,
 )
+from cohort.assignment.store.engines import as_store_error, error_cause, open_engine, shown_url
+from cohort.assignment.store.protocol import HeadReader
 from cohort.assignment.store.schema import (
     BUMP_GROUP,
     DELETE_MEMBER,
@@ -79,76 +78,11 @@ from cohort.assignment.store.schema import (
 )
 from cohort.common.types import TopicPartition
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "GroupStore",
-    "HeadReader",
-    "SchemaVersionError",
-    "SqlGroupStore",
-    "create_store_engine",
-]
+__all__ = ["SCHEMA_VERSION", "SchemaVersionError", "SqlGroupStore", "create_store_engine"]
 
 R = TypeVar("R")
-HeadReader = Callable[[Sequence[TopicPartition]], dict[TopicPartition, int | None]]
-"""Reads committed offsets (None = never committed) inside the step's transaction."""
 
 _CHUNK = 500
-
-
-class GroupStore(Protocol):
-    """Where groups, ledgers and events live; `transact` runs one protocol step atomically per group."""
-
-    def transact(
-        self, group: str, step: Callable[[GroupRecord | None, HeadReader], Decision[R]]
-    ) -> Decision[R]: ...  # pragma: no cover - protocol
-
-    def load(self, group: str) -> GroupRecord | None: ...  # pragma: no cover - protocol
-
-    def group_names(self) -> list[str]: ...  # pragma: no cover - protocol
-
-    def committed(
-        self, group: str, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, int | None]: ...  # pragma: no cover - protocol
-
-    def history(
-        self, group: str, topic: str, partition: int, *, after_id: int = 0, limit: int | None = None
-    ) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
-
-    def latest_of_kind(self, group: str, kind: str, limit: int) -> list[LedgerEntry]: ...  # pragma: no cover
-
-    def trail_marks(
-        self, group: str, trail: str, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, TrailMark]: ...  # pragma: no cover - protocol
-
-    def advance_trail_marks(
-        self, group: str, trail: str, marks: Sequence[TrailMark], at: float
-    ) -> None: ...  # pragma: no cover - protocol
-
-    def recorded_ranges(
-        self, group: str, topic: str, partition: int, wanted: Collection[tuple[int, int]]
-    ) -> set[tuple[int, int]]: ...  # pragma: no cover - protocol
-
-    def apply_retention(
-        self, group: str, folds: Sequence[Fold], *, events_before: float | None, keep_events: int
-    ) -> int: ...  # pragma: no cover - protocol
-
-    def settled_through(
-        self, group: str, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, int | None]: ...  # pragma: no cover - protocol
-
-    def ledger_partitions(self, group: str) -> list[TopicPartition]: ...  # pragma: no cover - protocol
-
-    def last_ranges(
-        self, group: str, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, LedgerEntry | None]: ...  # pragma: no cover - protocol
-
-    def run_history(self, group: str, run_id: str) -> list[LedgerEntry]: ...  # pragma: no cover - protocol
-
-    def events(self, group: str, after: int = 0) -> list[tuple[int, GroupEvent]]: ...  # pragma: no cover
-
-    def last_event_id(self, group: str) -> int: ...  # pragma: no cover - protocol
-
-    def close(self) -> None: ...  # pragma: no cover - protocol
 
 
 def _header_changed(old: GroupRecord, new: GroupRecord) -> bool:
@@ -201,18 +135,18 @@ class SqlGroupStore:
         cannot be used raises `InvalidStoreUrlError`, a store that cannot be reached or opened
         `StoreUnavailableError`: `StoreError`s with a one-line message naming the store, password hidden.
         """
-        engine = _open_engine(url, create, engine_kwargs)
+        engine = open_engine(url, create, engine_kwargs)
         try:
             store = cls(engine, create=create)
             if not create:
-                _require_schema(store, _shown(url))
+                _require_schema(store, shown_url(url))
             return store
         except (sa.exc.DBAPIError, StoreUnavailableError, StoreTransactionError) as exc:
             engine.dispose()
             cause = exc if isinstance(exc, sa.exc.DBAPIError) else exc.__cause__
             if not isinstance(cause, sa.exc.DBAPIError):
                 raise
-            raise StoreUnavailableError(f"cannot open the store {_shown(url)}: {_cause(cause)}") from cause
+            raise StoreUnavailableError(f"cannot open the store {shown_url(url)}: {error_cause(cause)}") from cause
         except BaseException:
             engine.dispose()
             raise
@@ -225,7 +159,7 @@ class SqlGroupStore:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with _as_store_error(self.engine, "a read"), self.engine.connect() as conn:
+        with as_store_error(self.engine, "a read"), self.engine.connect() as conn:
             conn.execution_options(cohort_read_only=True)
             with conn.begin():
                 yield conn
@@ -237,7 +171,7 @@ class SqlGroupStore:
         transaction was applied); the coordinator's own refusals pass as they are."""
         for attempt in range(5):
             try:
-                with _as_store_error(self.engine, f"a transaction of group {group!r}", passing=sa.exc.IntegrityError):
+                with as_store_error(self.engine, f"a transaction of group {group!r}", passing=sa.exc.IntegrityError):
                     return self._transact_once(group, step)
             except (sa.exc.IntegrityError, StaleGroupVersionError):
                 # Two processes created the same new group at once: the loser retries and finds the row.
@@ -494,7 +428,7 @@ class SqlGroupStore:
             return
         for attempt in range(3):
             try:
-                with _as_store_error(
+                with as_store_error(
                     self.engine, f"saving trail marks of group {group!r}", passing=sa.exc.IntegrityError
                 ):
                     self._advance_marks_once(group, trail, marks, at)
@@ -559,7 +493,7 @@ class SqlGroupStore:
         `events_before` but the newest `keep_events`, in one transaction under the group's lock; the number of
         events dropped. A ledger that changed since the plan was made (another fold) refuses the whole step."""
         with (
-            _as_store_error(self.engine, f"the retention of group {group!r}", passing=FoldConflictError),
+            as_store_error(self.engine, f"the retention of group {group!r}", passing=FoldConflictError),
             self.engine.begin() as conn,
         ):
             if self._pg:
@@ -710,72 +644,6 @@ def _ledger_entry(r: Any) -> LedgerEntry:
 
 
 # ------------------------------------------------------------------------------------ opening a store
-
-
-def _shown(url: str | sa.URL) -> str:
-    """`url` as messages show it: its password hidden."""
-    try:
-        parsed = sa.make_url(url)
-        return str(url) if isinstance(url, str) and parsed.password is None else parsed.render_as_string()
-    except (sa.exc.ArgumentError, ValueError):  # not a URL: hide what looks like a password all the same
-        return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", str(url))
-
-
-@contextmanager
-def _as_store_error(
-    engine: Engine, what: str, passing: type[BaseException] | tuple[type[BaseException], ...] = ()
-) -> Iterator[None]:
-    """Turn a database error inside the block (other than `passing`) into a one-line `StoreError`: a lost or
-    refused connection `StoreUnavailableError`, any other `StoreTransactionError`."""
-    try:
-        yield
-    except passing:
-        raise
-    except sa.exc.OperationalError as exc:
-        raise StoreUnavailableError(f"the store {_shown(engine.url)} failed {what}: {_cause(exc)}") from exc
-    except sa.exc.DBAPIError as exc:
-        raise StoreTransactionError(f"the store {_shown(engine.url)} failed {what}: {_cause(exc)}") from exc
-
-
-def _cause(exc: sa.exc.DBAPIError) -> str:
-    """The database's own message, on one line."""
-    text = " ".join(str(exc.orig if exc.orig is not None else exc).split())
-    return text if len(text) <= 300 else f"{text[:297]}..."
-
-
-def _open_engine(url: str | sa.URL, create: bool, engine_kwargs: dict[str, Any]) -> Engine:
-    """The engine on `url`, with the URL's problems as `InvalidStoreUrlError` (parsing, dialect, driver)
-    and, without `create`, a SQLite file that does not exist as `StoreNotFoundError` (before anything is
-    created)."""
-    shown = _shown(url)
-    try:
-        parsed = sa.make_url(url)
-    except (sa.exc.ArgumentError, ValueError):
-        raise InvalidStoreUrlError(
-            f"the store URL {shown!r} is not a SQLAlchemy URL; give one such as sqlite:////var/lib/cohort/cohort.db "
-            "or postgresql+psycopg://user@host:5432/cohort"
-        ) from None
-    database = parsed.database or ""
-    sqlite_file = database not in ("", ":memory:") and not database.startswith("file:")
-    on_disk = parsed.get_backend_name() == "sqlite" and sqlite_file
-    if not create and on_disk and not Path(database).is_file():
-        raise StoreNotFoundError(f"the store {shown} does not exist: there is no file {Path(database).absolute()}")
-    try:
-        return create_store_engine(parsed, **engine_kwargs)
-    except sa.exc.NoSuchModuleError:
-        raise InvalidStoreUrlError(
-            f"the store URL {shown} names a database SQLAlchemy does not know ({parsed.drivername!r}); "
-            "the store runs on sqlite:/// and postgresql+psycopg://"
-        ) from None
-    except ImportError as exc:
-        raise InvalidStoreUrlError(
-            f"the store URL {shown} needs a database driver that is not installed ({exc}); install it, or name "
-            "an installed one (postgresql+psycopg:// uses psycopg 3, which Cohort installs)"
-        ) from None
-    except (sa.exc.ArgumentError, ValueError, TypeError) as exc:
-        raise InvalidStoreUrlError(f"the store URL {shown} cannot be used: {exc}") from None
-    except OSError as exc:  # the SQLite file's directory cannot be created
-        raise StoreUnavailableError(f"cannot open the store {shown}: {exc}") from None
 
 
 def _require_schema(store: SqlGroupStore, shown: str) -> None:

@@ -36,6 +36,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                   "dagster", "airflow"),
     "pipelines/tasks": _DRIVER_ROOMS,
     "pipelines/formats": _DRIVER_ROOMS,
+    "assignment/protocol": ("sqlalchemy", "cohort.assignment.store", "cohort.assignment.coordinator",
+                            "cohort.assignment.member"),
     "cohort/runtime": ("cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow"),
     "resources": ("cohort.assets", "cohort.airflow", "airflow"),
     "assets": ("cohort.airflow", "airflow"),

@@ -56,7 +56,7 @@ from cohort.assignment.ledger.ranges import decide_commit
 from cohort.assignment.protocol.group_state import GroupRecord
 from cohort.assignment.protocol.messages import CommitRequest, Decision, LedgerEntry
 from cohort.assignment.protocol.rebalance import Context
-from cohort.assignment.store.sql import HeadReader
+from cohort.assignment.store.protocol import HeadReader
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.batch.results import BatchResult, PartitionResult
