@@ -9,6 +9,9 @@ compares). Importing this package imports nothing else.
 EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.common",
     "cohort.pipelines.tasks.reader",
+    "cohort.pipelines.tasks.spans",
+    "cohort.pipelines.tasks.read_stats",
+    "cohort.pipelines.tasks.python_consumer",
     "cohort.pipelines.tasks.records",
     "cohort.pipelines.tasks.native_reader",
     "cohort.pipelines.tasks._kafka_arrow",

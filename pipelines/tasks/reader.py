@@ -20,27 +20,33 @@ from __future__ import annotations
 import gc
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.accumulators import AccumulatorParam
 
-from cohort.common.names import validate_topic_name
 from cohort.pipelines.tasks.native_reader import open_native
+from cohort.pipelines.tasks.python_consumer import PythonConsumer
+from cohort.pipelines.tasks.read_stats import (
+    READ_STATS_COLUMN,
+    READ_STATS_DDL,
+    STATS_ONLY,
+    STATS_ONLY_DDL,
+    ReadStats,
+    SpanReading,
+    StatsRows,
+    gather_read_stats,
+    read_stats_accumulator,
+)
 from cohort.pipelines.tasks.records import (
     GONE,
     PARTITION_EOF,
     RECORD_SCHEMA,
-    UNREADABLE_HEADERS,
     ConsumeError,
-    header_column,
-    raw_batch,
 )
+from cohort.pipelines.tasks.spans import OffsetSpan, ReadError, SpanConsumer, record_spark_schema, validate_partition
 
 __all__ = [
     "READ_STATS_COLUMN",
@@ -48,8 +54,10 @@ __all__ = [
     "STATS_ONLY",
     "STATS_ONLY_DDL",
     "OffsetSpan",
+    "PythonConsumer",
     "ReadError",
     "ReadStats",
+    "SpanConsumer",
     "SpanProcessor",
     "StatsRows",
     "gather_read_stats",
@@ -60,7 +68,6 @@ __all__ = [
     "validate_partition",
 ]
 
-_second = itemgetter(1)
 
 READER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
@@ -73,135 +80,6 @@ READER_DEFAULTS: dict[str, Any] = {
     "fetch.queue.backoff.ms": 5,
 }
 """librdkafka settings of the executor-side consumers; the caller's configuration overrides them."""
-
-
-def validate_partition(topic: str, partition: object) -> int:
-    """Return `partition` if it is an int >= 0 (not a bool), else raise ValueError naming it: partition
-    numbers end up in directory names and Kafka requests."""
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"partition must be an int >= 0, got {partition!r} for topic {topic!r}")
-    return partition
-
-
-class ReadError(RuntimeError):
-    """A span could not be read: the broker stayed silent, an error persisted past its retries, or the
-    records are gone (offset out of range)."""
-
-
-@dataclass(frozen=True)
-class OffsetSpan:
-    """A range [from_offset, until_offset) of one partition that a single Spark task reads."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-
-    def __post_init__(self) -> None:
-        validate_topic_name(self.topic)
-        validate_partition(self.topic, self.partition)
-        if self.from_offset < 0 or self.until_offset < self.from_offset:
-            raise ValueError(
-                f"invalid span [{self.from_offset}, {self.until_offset}) for {self.topic}-{self.partition}"
-            )
-
-
-def record_spark_schema() -> str:
-    """The Spark DDL schema matching RECORD_SCHEMA."""
-    return (
-        "topic string, partition int, offset long, timestamp long, key binary, value binary, "
-        "headers array<struct<key:string,value:binary>>, error string"
-    )
-
-
-def _to_batch(span: OffsetSpan, messages: list[Any]) -> pa.RecordBatch:
-    """One Arrow batch from error-free messages, column by column (map over the C methods: no Python
-    frame per message)."""
-    from confluent_kafka import Message
-
-    timestamps = pa.array(list(map(_second, map(Message.timestamp, messages))), type=pa.int64())
-    headers, errors = _headers(messages)
-    return raw_batch(
-        span.topic,
-        span.partition,
-        pa.array(list(map(Message.offset, messages)), type=pa.int64()),
-        # -1: no timestamp. (pyarrow-stubs type compute functions' operands as Arrow scalars, not Python ones.)
-        pc.if_else(pc.less(timestamps, 0), pa.scalar(None, pa.int64()), timestamps),  # type: ignore[call-overload]
-        pa.array(list(map(Message.key, messages)), type=pa.binary()),
-        pa.array(list(map(Message.value, messages)), type=pa.binary()),
-        header_column(headers, len(messages)),
-        None if errors is None else pa.array(errors, type=pa.string()),
-    )
-
-
-def _headers(messages: list[Any]) -> tuple[list[Any], list[str | None] | None]:
-    """(headers per message, read error per message or None when every message's headers were read).
-
-    confluent-kafka cannot decode a header key that is not valid UTF-8 (any client may send one: the
-    protocol carries raw bytes): `headers()` raises SystemError once and afterwards returns a list holding
-    a NULL, which crashes the worker when touched. So it is called once per message, in C (`map`), and a
-    message whose call fails keeps its key and value but gets no headers and an error (it is quarantined).
-    """
-    from confluent_kafka import Message
-
-    headers: list[Any] = []
-    errors: list[str | None] | None = None
-    while len(headers) < len(messages):
-        done = len(headers)
-        try:
-            headers.extend(map(Message.headers, messages[done:] if done else messages))
-        except (SystemError, UnicodeDecodeError):  # headers now holds the messages before the failed one
-            errors = errors or [None] * len(messages)
-            errors[len(headers)] = UNREADABLE_HEADERS
-            headers.append(None)
-    return headers, errors
-
-
-class SpanConsumer(Protocol):
-    """A consumer assigned at the start of one span: confluent-kafka's (`PythonConsumer`) or the C one
-    (cohort.pipelines.tasks.native_reader.NativeConsumer), which return the same batches."""
-
-    def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
-        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages."""
-        ...
-
-    def close(self) -> None:
-        """Leave and free the consumer."""
-        ...
-
-
-class PythonConsumer:
-    """confluent-kafka's consumer, its messages turned into RECORD_SCHEMA batches column by column."""
-
-    def __init__(self, consumer: Any, span: OffsetSpan) -> None:
-        self._consumer = consumer
-        self._span = span
-
-    def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
-        from confluent_kafka import KafkaException, Message
-
-        try:
-            messages = self._consumer.consume(max_messages, timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0]
-            return None, [ConsumeError(-1, error.code(), str(exc), fatal=error.fatal())]
-        errors: list[ConsumeError] = []
-        if any(map(Message.error, messages)):
-            good = []
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    good.append(message)
-                else:
-                    offset = message.offset()
-                    errors.append(
-                        ConsumeError(-1 if offset is None else offset, error.code(), error.str(), error.fatal())
-                    )
-            messages = good
-        return (_to_batch(self._span, messages) if messages else None), errors
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 def open_consumer(config: Mapping[str, Any], span: OffsetSpan, *, native: bool = True) -> SpanConsumer:
@@ -309,139 +187,6 @@ def _triage(
     return batch, transient, past_end
 
 
-ReadStats = dict[tuple[str, int], tuple[int, int, float]]
-"""(topic, partition) -> (records, key + value bytes, seconds) read by the tasks of a job."""
-
-READ_STATS_COLUMN = "_cohort_read"
-"""The column of a span's stats row holding what its task read; null in every other row."""
-
-READ_STATS_TYPE = pa.struct(
-    [pa.field("records", pa.int64()), pa.field("bytes", pa.int64()), pa.field("seconds", pa.float64())]
-)
-READ_STATS_DDL = "struct<records: bigint, bytes: bigint, seconds: double>"
-"""READ_STATS_COLUMN's type, in Arrow and as Spark DDL."""
-
-
-@dataclass(frozen=True)
-class StatsRows:
-    """How the rows of `read_spans` carry what each task read: every row has READ_STATS_COLUMN, null but in the
-    one stats row that ends each span that held a record: the span's topic and partition (in `topic_column` and
-    `partition_column`) and its records, key + value bytes and seconds, every other column null.
-
-    `schema` is the Arrow schema of the frame's rows: the rows the tasks yield, then READ_STATS_COLUMN (`after`).
-    """
-
-    schema: pa.Schema
-    topic_column: str = "topic"
-    partition_column: str = "partition"
-
-    @classmethod
-    def after(cls, schema: pa.Schema, topic_column: str = "topic", partition_column: str = "partition") -> StatsRows:
-        """Stats rows among rows of `schema`: its fields, all nullable (a stats row has only its coordinates),
-        then READ_STATS_COLUMN."""
-        fields = [*(field.with_nullable(True) for field in schema), pa.field(READ_STATS_COLUMN, READ_STATS_TYPE)]
-        return cls(pa.schema(fields), topic_column, partition_column)
-
-    def data(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """A batch the task yields, as rows of `schema`: READ_STATS_COLUMN null."""
-        nulls = pa.nulls(batch.num_rows, READ_STATS_TYPE)
-        return pa.RecordBatch.from_arrays([*batch.columns, nulls], schema=self.schema)
-
-    def row(self, span: OffsetSpan, records: int, size: int, seconds: float) -> pa.RecordBatch:
-        """The stats row of `span`."""
-        known: dict[str, pa.Array[Any]] = {
-            self.topic_column: pa.array([span.topic], pa.string()),
-            self.partition_column: pa.array([span.partition], pa.int32()),
-            READ_STATS_COLUMN: pa.array([(records, size, seconds)], READ_STATS_TYPE),
-        }
-        columns = [known[f.name] if f.name in known else pa.nulls(1, f.type) for f in self.schema]
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
-
-
-_STATS_ONLY_FIELDS: list[pa.Field[Any]] = [
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field(READ_STATS_COLUMN, READ_STATS_TYPE),
-]
-STATS_ONLY = StatsRows(pa.schema(_STATS_ONLY_FIELDS))
-STATS_ONLY_DDL = f"topic string, partition int, `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
-"""The stats rows of tasks that hand Spark nothing else (they wrote their output themselves): one per span, in
-Arrow and as the Spark DDL of the frame."""
-
-
-class _SpanReading:
-    """The raw batches of one span as its task reads them (an iterator), and how much it has read so far."""
-
-    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
-        self.records = 0
-        self.bytes = 0
-        self._batches = batches
-        self._started = time.perf_counter()
-
-    def __iter__(self) -> _SpanReading:
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        raw = next(self._batches)
-        self.records += raw.num_rows
-        self.bytes += _size(raw)
-        return raw
-
-    @property
-    def seconds(self) -> float:
-        """Seconds since the span's reading started (reading, and whatever the task did with the batches)."""
-        return time.perf_counter() - self._started
-
-
-def gather_read_stats(rows: Iterable[Sequence[Any]]) -> ReadStats:
-    """Sum stats rows per (topic, partition): (topic, partition, (records, bytes, seconds)) rows, as Spark returns
-    those of STATS_ONLY (or the same fields selected from other stats rows); a row whose stats are null is
-    skipped."""
-    total: ReadStats = {}
-    for topic, partition, read in rows:
-        if read is None:
-            continue
-        records, size, seconds = read
-        before = total.get((topic, partition), (0, 0, 0.0))
-        total[(topic, partition)] = (before[0] + int(records), before[1] + int(size), before[2] + float(seconds))
-    return total
-
-
-class _ReadStatsParam(AccumulatorParam[ReadStats]):
-    """Merges ReadStats dicts by summing per key."""
-
-    def zero(self, value: ReadStats) -> ReadStats:
-        return {}
-
-    def addInPlace(self, total: ReadStats, more: ReadStats) -> ReadStats:
-        for key, (records, size, seconds) in more.items():
-            before = total.get(key, (0, 0, 0.0))
-            total[key] = (before[0] + records, before[1] + size, before[2] + seconds)
-        return total
-
-
-def read_stats_accumulator(spark: Any) -> Any:
-    """A Spark accumulator of ReadStats for `read_spans(read_stats=...)` (classic sessions only: a Spark Connect
-    session has no SparkContext and no accumulators; `read_spans(stats_rows=...)` works with both).
-
-    Spark applies a task's accumulator update once, when the task succeeds in a job's result stage, so
-    when the read runs in a job without shuffles the figures count each record once. A job that had to read
-    a span again (a lost cached block) would count it twice.
-    """
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        raise TypeError(
-            "read stats accumulators need a classic SparkSession (Spark Connect has no SparkContext): "
-            "let the tasks yield stats rows instead (cohort.pipelines.tasks.reader.read_spans(stats_rows=...))"
-        )
-    return spark.sparkContext.accumulator({}, _ReadStatsParam())
-
-
-def _size(batch: pa.RecordBatch) -> int:
-    """Key + value bytes of a batch."""
-    columns = (cast(pa.BinaryArray, batch.column(name)) for name in ("key", "value"))  # binary: RECORD_SCHEMA
-    return sum(int(pc.sum(pc.binary_length(column)).as_py() or 0) for column in columns)
-
-
 SpanProcessor = Callable[[OffsetSpan, Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 """What a reading task does with the raw batches of one span; it yields the rows the task hands to Spark."""
 
@@ -483,7 +228,7 @@ def read_spans(
     table = [[(s.topic, s.partition, s.from_offset, s.until_offset) for s in group] for group in groups]
 
     def read_span(span: OffsetSpan, consumer: Any) -> Iterator[pa.RecordBatch]:
-        reading = _SpanReading(read_range(kafka_config, span, consumer=consumer, **read_options))
+        reading = SpanReading(read_range(kafka_config, span, consumer=consumer, **read_options))
         rows = reading if process is None else process(span, reading)
         if stats_rows is None:
             yield from rows
