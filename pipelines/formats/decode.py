@@ -17,7 +17,7 @@ in `utf8` and `bytes` mode it stays a null `value`.
 JSON is parsed and type-checked by msgspec (C), one value at a time into a struct type built from the Spark
 schema, and the fields become Arrow columns in one conversion each; a value that fails gets msgspec's
 message, which names the offending field. msgspec keeps the last of repeated keys, so repeats are found
-after it (see "repeated keys" below): one numpy count per batch clears the records whose quotes their
+after it (cohort.pipelines.formats.repeated_keys): one numpy count per batch clears the records whose quotes their
 decoded fields account for, and only the others are looked at again.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from itertools import compress, islice
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, cast
 
 import msgspec
 import numpy as np
@@ -41,26 +41,38 @@ import pyarrow.compute as pc
 from msgspec.structs import astuple
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     BooleanType,
     ByteType,
     DataType,
     DateType,
-    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
     LongType,
-    MapType,
-    NullType,
     ShortType,
     StringType,
-    StructField,
     StructType,
     TimestampType,
 )
 
+from cohort.pipelines.formats.columns import (
+    INTERNAL_PREFIX,
+    KAFKA_COLUMN,
+    KAFKA_FIELDS,
+    RAW_FORMATS,
+    RAW_VALUE_COLUMN,
+    REASON_COLUMN,
+    REGISTRY_SCHEMA_TYPES,
+    REGISTRY_VALUE_FORMATS,
+    RESERVED_COLUMNS,
+    ValueFormat,
+    arrow_type,
+    invalid_utf8,
+    kafka_column,
+    value_columns_schema,
+)
 from cohort.pipelines.formats.flat_json import FlatSchema, decode_flat, fast_available, flat_schema
+from cohort.pipelines.formats.repeated_keys import find_repeated_keys
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -81,137 +93,6 @@ __all__ = [
     "naive_timestamp_policy",
     "value_columns_schema",
 ]
-
-ValueFormat = Literal["bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf"]
-VALUE_FORMATS: tuple[str, ...] = ("bytes", "raw", "utf8", "json", "json-schema", "avro", "protobuf")
-"""`raw` is `bytes` by another name: the value as Kafka holds it, no decoding."""
-RAW_FORMATS: tuple[str, ...] = ("bytes", "raw")
-"""Formats that keep the bytes as they are."""
-REGISTRY_SCHEMA_TYPES: dict[str, str] = {"json-schema": "JSON", "avro": "AVRO", "protobuf": "PROTOBUF"}
-"""Formats framed for the Schema Registry (a magic byte and a schema id before each payload), and the
-registry's schema type of each."""
-REGISTRY_VALUE_FORMATS: tuple[str, ...] = tuple(REGISTRY_SCHEMA_TYPES)
-
-INTERNAL_PREFIX = "_cohort_"
-KAFKA_COLUMN = "kafka"
-"""The struct column carrying each record's Kafka coordinates from the transform to the sinks."""
-KAFKA_FIELDS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
-RAW_VALUE_COLUMN = f"{INTERNAL_PREFIX}raw_value"
-REASON_COLUMN = f"{INTERNAL_PREFIX}reason"
-RESERVED_COLUMNS: frozenset[str] = frozenset({KAFKA_COLUMN, "topic", "partition"})
-"""Names a value schema may not use (nor any name starting with `_cohort_`): `kafka` carries the
-coordinates, `topic` and `partition` are the sink's directory partitions."""
-
-_SIMPLE_TYPES: dict[type[DataType], pa.DataType] = {
-    StringType: pa.string(),
-    BooleanType: pa.bool_(),
-    ByteType: pa.int8(),
-    ShortType: pa.int16(),
-    IntegerType: pa.int32(),
-    LongType: pa.int64(),
-    FloatType: pa.float32(),
-    DoubleType: pa.float64(),
-    TimestampType: pa.timestamp("us", tz="UTC"),
-    DateType: pa.date32(),
-}
-
-
-def kafka_column(field: str) -> str:
-    """The internal flat column holding one Kafka coordinate (`offset` -> `_cohort_offset`)."""
-    if field not in KAFKA_FIELDS:
-        raise ValueError(f"unknown Kafka field {field!r}; fields are {KAFKA_FIELDS}")
-    return f"{INTERNAL_PREFIX}{field}"
-
-
-def arrow_type(data_type: DataType, *, where: str = "value") -> pa.DataType:
-    """The Arrow type of a Spark type the decoder supports; ValueError naming `where` otherwise."""
-    if isinstance(data_type, BinaryType):
-        return pa.binary()
-    simple = _SIMPLE_TYPES.get(type(data_type))
-    if simple is not None:
-        return simple
-    if isinstance(data_type, StructType):
-        return pa.struct(
-            [pa.field(f.name, arrow_type(f.dataType, where=f"{where}.{f.name}")) for f in data_type.fields]
-        )
-    if isinstance(data_type, ArrayType):
-        return pa.list_(arrow_type(data_type.elementType, where=f"{where}[]"))
-    if isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType):
-        return pa.map_(pa.string(), arrow_type(data_type.valueType, where=f"{where}{{}}"))
-    if isinstance(data_type, DecimalType):
-        return pa.decimal128(data_type.precision, data_type.scale)
-    if isinstance(data_type, NullType):
-        return pa.null()
-    raise ValueError(
-        f"field {where!r} has type {data_type.simpleString()}, which Cohort cannot decode into; use "
-        "string, binary, boolean, byte/short/int/long, float/double, decimal, timestamp, date, struct, array or a "
-        "map with string keys"
-    )
-
-
-def value_columns_schema(value_format: str, value_schema: StructType | None, *, what: str = "value") -> StructType:
-    """The decoded columns for a format: the schema's fields (JSON and the registry formats), or one `value`
-    column (raw formats).
-
-    Raises ValueError naming the problem for an unknown format, a JSON format without a schema, a schema
-    given for a raw format, a field name reserved by the pipeline or a type the decoder cannot produce. A
-    registry format without a schema is resolved from the registry at batch time (see PipelineSpec).
-    """
-    if value_format not in VALUE_FORMATS:
-        raise ValueError(f"unknown {what} format {value_format!r}; use one of {', '.join(VALUE_FORMATS)}")
-    if value_format in (*RAW_FORMATS, "utf8"):
-        if value_schema is not None:
-            raise ValueError(f"a {what} schema only applies to decoded formats, not {value_format!r}")
-        return StructType([StructField("value", StringType() if value_format == "utf8" else BinaryType())])
-    if not isinstance(value_schema, StructType) or not value_schema.fields:
-        raise ValueError(f"the {value_format!r} {what} format needs a non-empty Spark StructType schema")
-    names = [f.name for f in value_schema.fields]
-    clashes = sorted(n for n in names if n in RESERVED_COLUMNS or n.startswith(INTERNAL_PREFIX))
-    if clashes:
-        raise ValueError(
-            f"{what} schema field(s) {clashes} clash with names the pipeline reserves "
-            f"({sorted(RESERVED_COLUMNS)} and the {INTERNAL_PREFIX!r} prefix); rename them in the schema"
-        )
-    if len(set(names)) != len(names):
-        raise ValueError(f"{what} schema has duplicate field names: {names}")
-    for f in value_schema.fields:
-        if value_format in ("json", "json-schema"):
-            _json_decodable(f.dataType, f.name)
-        arrow_type(f.dataType, where=f.name)
-    return value_schema
-
-
-def _json_decodable(data_type: DataType, where: str) -> None:
-    """ValueError for a type JSON values cannot be decoded into (binary, maps, decimals)."""
-    if isinstance(data_type, BinaryType):
-        raise ValueError(f"field {where!r}: binary fields cannot be decoded from JSON; declare a string")
-    if isinstance(data_type, (MapType, DecimalType, NullType)):
-        raise ValueError(
-            f"field {where!r} has type {data_type.simpleString()}, which the JSON decoder does not support; use "
-            "string, boolean, byte/short/int/long, float/double, timestamp, date, struct or array"
-        )
-    if isinstance(data_type, StructType):
-        for f in data_type.fields:
-            _json_decodable(f.dataType, f"{where}.{f.name}")
-    if isinstance(data_type, ArrayType):
-        _json_decodable(data_type.elementType, f"{where}[]")
-
-
-def invalid_utf8(values: pa.Array) -> list[bool]:
-    """Per value: bytes that are not valid UTF-8 (null values are not)."""
-    try:
-        values.cast(pa.string())
-        return [False] * len(values)
-    except pa.ArrowInvalid:
-        flags = []
-        for raw in values.to_pylist():
-            try:
-                if raw is not None:
-                    raw.decode("utf-8")
-                flags.append(False)
-            except UnicodeDecodeError:
-                flags.append(True)
-        return flags
 
 
 def _bounded(bits: int) -> Any:
@@ -388,129 +269,6 @@ def _column(
         return pa.array(values, arrow), refused
 
 
-# ------------------------------------------------------------------------------------- repeated keys
-#
-# msgspec keeps the last value of a repeated key; a repeat is refused here, after it, in three steps.
-# 1. Per batch, with numpy: a value holds 2 quote characters per key and per string, plus one per escaped
-#    quote. Its decoded columns account for 2 per non-null declared field (its key) and 2 more per non-null
-#    string, timestamp or date (its value). A value with no more quotes than that has as many keys as
-#    distinct declared fields: no key repeats. That clears the common case without touching a record.
-# 2. Each remaining record (undeclared fields, nulls, escaped quotes) is parsed by msgspec into plain
-#    objects and encoded again, in C: dropping a repeated key drops its quotes, so fewer quotes after the
-#    round trip means a repeat (a `\u0022` escape, the only way a string gains quotes on the way, is
-#    passed on to step 3).
-# 3. Those few are parsed again by the standard library, which sees every key, to name the repeat.
-
-
-def _valid(array: pa.Array) -> np.ndarray:
-    return array.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _value_quotes(array: pa.Array, data_type: DataType) -> np.ndarray | int:
-    """Per element: the quotes a decoded value accounts for (step 1 above)."""
-    if isinstance(data_type, (StringType, TimestampType, DateType)):
-        return 2 * _valid(array)
-    if isinstance(data_type, StructType):
-        total: np.ndarray | int = 0
-        for child, f in zip(cast("pa.StructArray", array).flatten(), data_type.fields, strict=True):
-            total = total + 2 * _valid(child) + _value_quotes(child, f.dataType)
-        return total
-    if isinstance(data_type, ArrayType):
-        inner = _value_quotes(cast("pa.ListArray", array).flatten(), data_type.elementType)
-        if isinstance(inner, int):  # no string-like element: nothing to count
-            return inner
-        parents = np.asarray(pc.list_parent_indices(array))
-        return np.bincount(parents, weights=inner, minlength=len(array)).astype(np.int64)
-    return 0
-
-
-def _set_where_decoded(column: pa.Array, reasons: list[str | None]) -> bool:
-    """Whether `column` holds a value in every record that decoded (its nulls, if a few, are failed records:
-    the common case, where one constant accounts for its quotes)."""
-    if column.null_count == 0:
-        return True
-    if column.null_count > 100:
-        return False
-    return all(reasons[i] is not None for i in cast("list[int]", pc.indices_nonzero(column.is_null()).to_pylist()))
-
-
-def _quotes(values: pa.Array) -> np.ndarray:
-    """The number of `"` bytes in each raw value (numpy over the Arrow buffers; 0 for nulls)."""
-    n = len(values)
-    counts = np.zeros(n, np.int64)
-    _validity, offsets_buffer, data = values.buffers()[:3]
-    if n == 0 or offsets_buffer is None or data is None:
-        return counts
-    large = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
-    width = np.dtype(np.int64 if large else np.int32)
-    offsets = np.frombuffer(memoryview(offsets_buffer), width, n + 1, values.offset * width.itemsize).astype(np.int64)
-    start, end = int(offsets[0]), int(offsets[-1])
-    filled = np.flatnonzero(np.diff(offsets))
-    if end > start and len(filled):
-        quotes = (np.frombuffer(memoryview(data), np.uint8, end - start, start) == 0x22).view(np.uint8)
-        counts[filled] = np.add.reduceat(quotes, offsets[:-1][filled] - start, dtype=np.int32)
-    return counts
-
-
-_plain = msgspec.json.Decoder().decode
-_compact = msgspec.json.Encoder().encode
-
-
-def _may_repeat(value: bytes) -> bool:
-    """Step 2 above: whether `value` (valid JSON) may repeat a key."""
-    try:
-        return value.count(b'"') > _compact(_plain(value)).count(b'"') or b"\\u0022" in value
-    except (msgspec.MsgspecError, RecursionError):
-        return True
-
-
-class _Object(dict[str, Any]):
-    """A JSON object parsed by the standard library, with the first key it repeats (or None)."""
-
-    __slots__ = ("repeated",)
-    repeated: str | None
-
-
-def _object(pairs: list[tuple[str, Any]]) -> _Object:
-    found = _Object(pairs)
-    found.repeated = None
-    if len(found) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                found.repeated = key
-                break
-            seen.add(key)
-    return found
-
-
-def _repeat_in(value: Any, path: str) -> str | None:
-    """The first repeated key within `value` (parsed with `_object`), depth first, as a reason."""
-    if isinstance(value, _Object):
-        if value.repeated is not None:
-            return f"duplicate JSON key {value.repeated!r} in the object at `{path}`: a key may appear only once"
-        for key, item in value.items():
-            found = _repeat_in(item, f"{path}.{key}")
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _repeat_in(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
-
-
-def _repeated_key(value: bytes) -> str | None:
-    """Step 3 above: the standard library's parse of `value` (valid JSON), a reason if a key repeats."""
-    try:
-        return _repeat_in(json.loads(value, object_pairs_hook=_object), "$")
-    except RecursionError:
-        return "value is not valid JSON for this schema: it is nested too deeply to decode"
-    except ValueError:  # what msgspec accepts, the standard library parses; kept for safety
-        return None
-
-
 @dataclass(frozen=True)
 class ValueDecoder:
     """Decodes raw values (Arrow binary) into the value columns with one reason per failed record.
@@ -609,7 +367,7 @@ class ValueDecoder:
             for i, problem in refused.items():
                 reasons[i] = reasons[i] or f"field {field.name!r} holds a value Arrow cannot store ({problem})"
             columns.append(column)
-        self._find_repeated_keys(values, raw, columns, reasons)
+        find_repeated_keys(self.columns, values, raw, columns, reasons)
         return columns
 
     def _decode_one(
@@ -659,18 +417,3 @@ class ValueDecoder:
             return _timestamps_from_text(loose, self.columns, "$", aware, schema), None
         except _Refused as refused:
             return empty, str(refused)
-
-    def _find_repeated_keys(
-        self, values: pa.Array, raw: list[bytes | None], columns: list[pa.Array], reasons: list[str | None]
-    ) -> None:
-        """Set the reason of each decoded record that repeats a key (see "repeated keys" above)."""
-        budget: np.ndarray | int = 0
-        for column, field in zip(columns, self.columns.fields, strict=True):
-            if not isinstance(field.dataType, (StructType, ArrayType)) and _set_where_decoded(column, reasons):
-                budget = budget + (4 if isinstance(field.dataType, (StringType, TimestampType, DateType)) else 2)
-            else:
-                budget = budget + 2 * _valid(column) + _value_quotes(column, field.dataType)
-        for i in np.flatnonzero(_quotes(values) > budget).tolist():
-            value = raw[i]
-            if reasons[i] is None and value is not None and _may_repeat(value):
-                reasons[i] = _repeated_key(value)

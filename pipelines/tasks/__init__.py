@@ -22,6 +22,8 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.pipelines.tasks.arrow_transform",
     "cohort.pipelines.tasks.python_daemon",
     "cohort.pipelines.formats.decode",
+    "cohort.pipelines.formats.columns",
+    "cohort.pipelines.formats.repeated_keys",
     "cohort.pipelines.formats.flat_json",
     "cohort.pipelines.formats._flat_json",
     "cohort.pipelines.formats.registry_decode",
