@@ -37,27 +37,29 @@ import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pydantic import Field
-from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
-from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, parquet_file_to_data_file, schema_to_pyarrow
+from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile as IcebergFile
 from pyiceberg.manifest import ManifestContent
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import ValidatableTableRequirement
 from pyiceberg.utils.properties import property_as_bool
-from sqlalchemy import select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.tables.iceberg_catalog import ReusingSqlCatalog, _create_catalog_tables
+from cohort.pipelines.tables.iceberg_schema import (
+    _check_required_fields,
+    arrow_schema,
+)
 from cohort.pipelines.tables.iceberg_transaction import MetadataOnceTransaction
 from cohort.pipelines.tables.maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, maintenance_due
@@ -90,7 +92,6 @@ BATCH_SUMMARY_KEY = "cohort.batch"
 _MARKS = ("head", "generation", "reach")  # PartitionMark's fields, each a property `<mark key>/<field>`
 _LAST = "/last"
 _CREATE_PROPERTIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}  # the store's loop retries, re-checking the marks
-_CATALOG_CREATE_ATTEMPTS = 8
 
 
 class AssertCohortMarks(ValidatableTableRequirement):
@@ -107,37 +108,6 @@ class AssertCohortMarks(ValidatableTableRequirement):
             found = base_metadata.properties.get(key)
             if found != expected:
                 raise CommitFailedException(f"cohort: table property {key} is {found!r}, expected {expected!r}")
-
-
-class ReusingSqlCatalog(SqlCatalog):
-    """pyiceberg's SQL catalog, reusing the table it loaded last while the catalog still points at the same
-    metadata file (one indexed query; metadata files are never rewritten, and a table object changes only by a
-    commit the catalog accepted, which moves the pointer with it). Loading reads and parses the whole metadata
-    file, in proportion to the snapshots kept, and a commit loads the table twice (the store, then the catalog's
-    own check)."""
-
-    def __init__(self, name: str, **properties: str) -> None:
-        super().__init__(name, **properties)
-        self._loaded: dict[tuple[str, ...], Table] = {}
-
-    def load_table(self, identifier: str | tuple[str, ...]) -> Table:
-        key = self.identifier_to_tuple(identifier)
-        cached = self._loaded.get(key)
-        if cached is not None and self._metadata_location(key) == cached.metadata_location:
-            return cached
-        table = super().load_table(identifier)
-        self._loaded[key] = table
-        return table
-
-    def _metadata_location(self, key: tuple[str, ...]) -> str | None:
-        with Session(self.engine) as session:
-            return session.execute(
-                select(IcebergTables.metadata_location).where(
-                    IcebergTables.catalog_name == self.name,
-                    IcebergTables.table_namespace == ".".join(key[:-1]),
-                    IcebergTables.table_name == key[-1],
-                )
-            ).scalar_one_or_none()
 
 
 class IcebergTableStore:
@@ -482,88 +452,6 @@ class IcebergTableStore:
                 if secret:
                     reason = reason.replace(secret, "***")
             raise RuntimeError(f"{self}: the Iceberg catalog failed: {reason}") from None
-
-
-def _create_catalog_tables(catalog: SqlCatalog) -> None:
-    """Create the SQL catalog's own tables where they are missing, tolerating concurrent creators.
-
-    Slots of one run (threads or processes, on one host or several) open a fresh catalog at the same moment;
-    pyiceberg checks for its tables, then creates them, so a creator that lost the race between the two fails
-    ("table iceberg_tables already exists" on SQLite, a duplicate key or relation on PostgreSQL). The check and
-    the creation (only of what is missing) are run again until they agree.
-    """
-    for attempt in range(_CATALOG_CREATE_ATTEMPTS):
-        try:
-            catalog.create_tables()  # SQLAlchemy's create_all: checks each table first, creates the missing ones
-            return
-        except (OperationalError, ProgrammingError, IntegrityError):
-            if attempt + 1 == _CATALOG_CREATE_ATTEMPTS:
-                raise
-            time.sleep(random.uniform(0, 0.05 * 2**attempt))  # another creator was first: look again
-
-
-def arrow_schema(schema: Schema) -> pa.Schema:
-    """The Arrow schema of an Iceberg schema as Parquet writers produce it (string, binary, list; not pyiceberg's
-    large_* types), so that it compares equal to the schema of the files the batches add."""
-    converted = schema_to_pyarrow(schema, include_field_ids=False)
-    return pa.schema([_plain_field(f) for f in converted])
-
-
-def _plain_field(f: pa.Field) -> pa.Field:
-    return f.with_type(_plain_type(f.type))
-
-
-def _plain_type(t: pa.DataType) -> pa.DataType:
-    if isinstance(t, pa.MapType):  # before lists: a map type is a list type
-        key, item = _plain_field(t.key_field), _plain_field(t.item_field)
-        return pa.map_(cast(Any, key), cast(Any, item), t.keys_sorted)  # fields keep nullability (stubs: types only)
-    if isinstance(t, (pa.ListType, pa.LargeListType)):
-        return pa.list_(_plain_field(t.value_field))
-    if isinstance(t, pa.StructType):
-        return pa.struct([_plain_field(t.field(i)) for i in range(t.num_fields)])
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    return t
-
-
-def _check_required_fields(table: pa.Schema, new: NewFile) -> None:
-    """TableSchemaError when a file lacks a field the table requires, or lets it be null, at any depth: Iceberg
-    refuses such a file (and pyiceberg prints its whole schema comparison on the way)."""
-    for f in table:
-        index = new.schema.get_field_index(f.name)
-        problem = _required_gap(f, new.schema.field(index) if index >= 0 else None, f.name)
-        if problem is not None:
-            raise TableSchemaError(f"{new.path.rsplit('/', 1)[0]} {problem}, which the table requires (not null)")
-
-
-def _required_gap(table: pa.Field, batch: pa.Field | None, path: str) -> str | None:
-    """How the file's field `batch` (None: absent) fails what the table's field `table` requires, None if not."""
-    if batch is None:
-        return None if table.nullable else f"has no field {path!r}"
-    if not table.nullable and batch.nullable:
-        return f"has a nullable field {path!r}"
-    for table_child, batch_child, name in _children(table.type, batch.type):
-        problem = _required_gap(table_child, batch_child, f"{path}.{name}")
-        if problem is not None:
-            return problem
-    return None
-
-
-def _children(table: pa.DataType, batch: pa.DataType) -> list[tuple[pa.Field, pa.Field | None, str]]:
-    """The nested fields of two types of the same shape, paired by name (struct), element or map value."""
-    if isinstance(table, pa.MapType) and isinstance(batch, pa.MapType):
-        return [(table.item_field, batch.item_field, "value")]
-    if isinstance(table, (pa.ListType, pa.LargeListType)) and isinstance(batch, (pa.ListType, pa.LargeListType)):
-        return [(table.value_field, batch.value_field, "element")]
-    if isinstance(table, pa.StructType) and isinstance(batch, pa.StructType):
-        pairs: list[tuple[pa.Field, pa.Field | None, str]] = []
-        for child in table:
-            index = batch.get_field_index(child.name)
-            pairs.append((child, batch.field(index) if index >= 0 else None, child.name))
-        return pairs
-    return []
 
 
 def _read_mark(properties: Mapping[str, str], key: str) -> PartitionMark:
