@@ -50,7 +50,7 @@ _READ_STATS_FIELD = StructField(
         [StructField("records", LongType()), StructField("bytes", LongType()), StructField("seconds", DoubleType())]
     ),
 )
-"""cohort.pipelines.tasks.reader.READ_STATS_COLUMN in the checked rows' Spark schema."""
+"""cohort.pipelines.tasks.read_stats.READ_STATS_COLUMN in the checked rows' Spark schema."""
 
 
 def checked_frame(

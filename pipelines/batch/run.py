@@ -7,8 +7,9 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 Guarantees (docs/guarantees.md):
 
 - each range is read from Kafka once, by a Spark task that also decodes and validates its records
-  (cohort.pipelines.tasks.checked, Arrow); the readers count what they consumed (records and bytes per partition) and
-  hand the figures to Spark as rows of their frame (cohort.pipelines.tasks.reader.stats_row), which the batch collects;
+  (cohort.pipelines.tasks.checked, Arrow); the readers count what they consumed (records and bytes per
+  partition) and hand the figures to Spark as rows of their frame (cohort.pipelines.tasks.read_stats.StatsRows),
+  which the batch collects;
 - with no transform, and a sink pyarrow can write, the tasks write the sink and quarantine rows
   themselves (cohort.pipelines.tasks.writer): one Spark job, no record crosses into the JVM. With a transform they
   write the quarantine themselves and hand the valid rows to the JVM as Arrow batches, and Spark applies the
