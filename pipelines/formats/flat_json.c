@@ -323,8 +323,20 @@ static const int64_t INT_BOUNDS[5][2] = {
     {0, 0}, {INT8_MIN, INT8_MAX}, {INT16_MIN, INT16_MAX}, {0, 0}, {INT32_MIN, INT32_MAX},
 };
 
-/* Whether a declared field's token converts; its value goes to the column's scratch (strings: written past
- * the column's data). */
+/* Room for `extra` more bytes of string data past the column's end (the buffer grows by doubling): 1, or 0 with
+ * MemoryError set. */
+static int reserve(Column *c, Py_ssize_t extra) {
+    Py_ssize_t capacity = PyBytes_GET_SIZE(c->data);
+    if (c->data_len + extra <= capacity) return 1;
+    Py_ssize_t wanted = capacity > 0 ? capacity : 4096;
+    while (wanted < c->data_len + extra) wanted *= 2;
+    if (_PyBytes_Resize(&c->data, wanted) < 0) return 0;
+    c->data_bytes = (uint8_t *)PyBytes_AS_STRING(c->data);
+    return 1;
+}
+
+/* Whether a declared field's token converts (1), does not (0: the record is deferred) or memory ran out (-1,
+ * MemoryError set); its value goes to the column's scratch (strings: written past the column's data). */
 static int convert(Column *c, const Token *t) {
     if (t->type == T_ABSENT || t->type == T_NULL) return 1;
     switch (c->kind) {
@@ -350,6 +362,7 @@ static int convert(Column *c, const Token *t) {
             return double_value(t, &c->scratch.d);
         case 's': {
             if (t->type != T_STR) return 0;
+            if (!reserve(c, t->len)) return -1; /* a decoded string is never longer than its token */
             Py_ssize_t written = string_value(t, c->data_bytes + c->data_len);
             if (written < 0) return 0;
             c->scratch_len = written;
@@ -527,7 +540,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         if (!new_bytes(&c->validity, &c->validity_bits, bitmap)) goto done;
         Py_ssize_t size = c->kind == 'b' ? bitmap : c->kind == 's' ? (n + 1) * 4 : n * value_width(c->kind);
         if (!new_bytes(&c->values, &c->value_bytes, size)) goto done;
-        if (c->kind == 's' && !new_bytes(&c->data, &c->data_bytes, (Py_ssize_t)(last - first))) goto done;
+        if (c->kind == 's') {
+            c->data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(last - first < 4096 ? last - first : 4096));
+            if (c->data == NULL) goto done;
+            c->data_bytes = (uint8_t *)PyBytes_AS_STRING(c->data);
+        }
     }
     uint8_t *flags;
     if (!new_bytes(&deferred, &flags, n)) goto done;
@@ -537,7 +554,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         int64_t lo = OFFSET(at), hi = OFFSET(at + 1);
         int accepted = (!have_validity || (((const uint8_t *)validity.buf)[at >> 3] >> (at & 7)) & 1) && lo <= hi &&
                        lo >= first && hi <= last && parse_object(base + lo, base + hi, cols, ncols, tokens);
-        for (Py_ssize_t k = 0; accepted && k < ncols; k++) accepted = convert(&cols[k], &tokens[k]);
+        for (Py_ssize_t k = 0; accepted == 1 && k < ncols; k++) accepted = convert(&cols[k], &tokens[k]);
+        if (accepted < 0) goto done;
         if (accepted) {
             for (Py_ssize_t k = 0; k < ncols; k++) commit(&cols[k], &tokens[k], row);
         } else {

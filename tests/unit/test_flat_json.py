@@ -814,3 +814,21 @@ def test_a_name_the_full_decoder_refuses_is_refused_on_both_paths(name: str) -> 
     schema = T.StructType([T.StructField(name, T.LongType()), T.StructField("id", T.LongType())])
     for values in ([b'{"id": 1}'], [b'{"id": 1}', None], []):
         assert_paths_agree(_decoder(schema), pa.array(values, pa.binary()), repr(values))
+
+
+def test_wide_and_long_strings_grow_the_string_buffers() -> None:
+    """Forty string columns and values from empty to 100 kB (the C code grows each column's buffer as it goes):
+    the same columns and reasons as the full decoder, a record with a broken escape deferred in the middle."""
+    fields = [T.StructField(f"s{k}", T.StringType()) for k in range(40)]
+    schema = T.StructType([T.StructField("id", T.LongType()), *fields])
+    records: list[bytes | None] = []
+    for i in range(60):
+        size = (i * 1733) % 100_000
+        body = {"id": i, **{f"s{k}": ("é" * (size // 2 if k == i % 40 else k)) for k in range(40)}}
+        records.append(json.dumps(body, ensure_ascii=i % 2 == 0).encode())
+    records[30] = records[30][:-2] + b'\\x"}'
+    values = pa.array(records, pa.large_binary())
+    decoder = ValueDecoder("json", schema)
+    assert_paths_agree(decoder, values, "wide")
+    batch = flat_json.decode_flat(values, flat_json.flat_schema(schema))
+    assert 30 in batch.deferred.tolist() and len(batch.deferred) < 5
