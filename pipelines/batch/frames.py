@@ -24,17 +24,16 @@ from cohort.pipelines.formats.decode import KAFKA_COLUMN, KAFKA_FIELDS, RAW_VALU
 from cohort.pipelines.spark import parallelism
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tasks.arrow_transform import contract_problem
-from cohort.pipelines.tasks.reader import (
+from cohort.pipelines.tasks.read_stats import (
     READ_STATS_COLUMN,
     STATS_ONLY,
     STATS_ONLY_DDL,
-    OffsetSpan,
     ReadStats,
-    SpanProcessor,
     StatsRows,
     gather_read_stats,
-    read_spans,
 )
+from cohort.pipelines.tasks.reader import SpanProcessor, read_spans
+from cohort.pipelines.tasks.spans import OffsetSpan
 from cohort.pipelines.tasks.writer import ArrowStagedWriter
 
 __all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame", "with_partition_columns"]

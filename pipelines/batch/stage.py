@@ -28,7 +28,7 @@ from cohort.pipelines.sink.counts import OutputShape, StagedCounts, account
 from cohort.pipelines.sink.layout import HadoopFs, SinkError, SinkFs, SinkLayout
 from cohort.pipelines.sink.quarantine_limit import refuse_over_limit
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.tasks.reader import ReadStats, gather_read_stats
+from cohort.pipelines.tasks.read_stats import ReadStats, gather_read_stats
 from cohort.pipelines.tasks.transformed_writer import WRITTEN_DDL, TransformedWriter, arrow_writable
 from cohort.pipelines.tasks.writer import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
 

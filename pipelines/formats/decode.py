@@ -303,7 +303,7 @@ class ValueDecoder:
         if self.value_format == "utf8":
             safe = pc.if_else(pa.array(bad_text, pa.bool_()), pa.scalar(None, pa.binary()), values)
             return [safe.cast(pa.string())], reasons
-        flat = flat_schema(self.columns) if fast and fast_available() else None
+        flat = self._flat if fast and fast_available() else None  # asked where it runs: an executor may lack it
         columns = self._decode_json(values, reasons) if flat is None else self._decode_flat(values, reasons, flat)
         for field, column in zip(self.columns.fields, columns, strict=True):
             if not field.nullable and column.null_count:
@@ -311,6 +311,11 @@ class ValueDecoder:
                     if reasons[i] is None:
                         reasons[i] = f"field {field.name!r} is missing or null but the schema requires it"
         return columns, reasons
+
+    @cached_property
+    def _flat(self) -> FlatSchema | None:
+        """The fast path's view of the value schema, once per decoder (None: a schema it does not decode)."""
+        return flat_schema(self.columns)
 
     def _decode_flat(self, values: pa.Array, reasons: list[str | None], flat: FlatSchema) -> list[pa.Array]:
         """The fast path's columns, with the records it deferred (and those refused before) decoded by
@@ -322,10 +327,10 @@ class ValueDecoder:
             rest = np.union1d(rest, refused)
         if not len(rest):
             return batch.columns
-        indices = pa.array(rest, pa.int64())
-        rest_reasons = [reasons[i] for i in rest.tolist()]
-        rest_columns = self._decode_json(values.take(indices), rest_reasons)
-        for i, reason in zip(rest.tolist(), rest_reasons, strict=True):
+        rows = rest.tolist()
+        rest_reasons = [reasons[i] for i in rows]
+        rest_columns = self._decode_json(values.take(pa.array(rest, pa.int64())), rest_reasons)
+        for i, reason in zip(rows, rest_reasons, strict=True):
             reasons[i] = reason
         order = np.arange(len(values), dtype=np.int64)
         order[rest] = len(values) + np.arange(len(rest), dtype=np.int64)

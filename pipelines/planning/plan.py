@@ -26,7 +26,7 @@ from typing import Literal
 from cohort.common.names import validate_topic_name
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.common.validation import as_integer
-from cohort.pipelines.tasks.reader import OffsetSpan, validate_partition
+from cohort.pipelines.tasks.spans import OffsetSpan, validate_partition
 
 __all__ = [
     "BatchPlan",

@@ -17,7 +17,7 @@ from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
 from cohort.pipelines.kafka.client import offsets_for_times, watermarks
 from cohort.pipelines.planning.plan import PartitionPosition, ResetPolicy
-from cohort.pipelines.tasks.reader import validate_partition
+from cohort.pipelines.tasks.spans import validate_partition
 
 __all__ = ["CommittedRange", "RangeLedger", "gather_positions"]
 

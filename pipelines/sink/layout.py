@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
-from cohort.pipelines.tasks.reader import validate_partition
+from cohort.pipelines.tasks.spans import validate_partition
 
 if TYPE_CHECKING:
     from cohort.pipelines.sink.counts import OutputShape

@@ -55,10 +55,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.tables.iceberg_catalog import ReusingSqlCatalog, _create_catalog_tables
+from cohort.pipelines.tables.iceberg_catalog import ReusingSqlCatalog, create_catalog_tables
 from cohort.pipelines.tables.iceberg_schema import (
-    _check_required_fields,
     arrow_schema,
+    check_required_fields,
 )
 from cohort.pipelines.tables.iceberg_transaction import MetadataOnceTransaction
 from cohort.pipelines.tables.maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
@@ -226,7 +226,7 @@ class IcebergTableStore:
                     return None
                 self._landed(change, {})  # raises if the batch expected marks the (missing) table cannot hold
                 for new in change.adds:
-                    _check_required_fields(first_schema, new)
+                    check_required_fields(first_schema, new)
                 table = self._create(first_schema)
             if self._landed(change, table.properties):
                 return None
@@ -261,7 +261,7 @@ class IcebergTableStore:
         current = arrow_schema(table.schema())
         _, gained = unify_schemas(current, change.adds)
         for new in change.adds:
-            _check_required_fields(current, new)
+            check_required_fields(current, new)
         removes_gone(change, live, str(self))
         removed = [live[r.path] for r in change.removes]
         tx = MetadataOnceTransaction(table)
@@ -385,7 +385,7 @@ class IcebergTableStore:
                 )
             except ArgumentError:
                 raise ValueError(f"{self}: the catalog URL is not a SQLAlchemy URL") from None
-            _create_catalog_tables(catalog)
+            create_catalog_tables(catalog)
             self._catalog_instance = catalog
         return self._catalog_instance
 

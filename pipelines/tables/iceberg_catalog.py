@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-__all__ = ["ReusingSqlCatalog"]
+__all__ = ["ReusingSqlCatalog", "create_catalog_tables"]
 
 
 _CATALOG_CREATE_ATTEMPTS = 8
@@ -49,7 +49,7 @@ class ReusingSqlCatalog(SqlCatalog):
             ).scalar_one_or_none()
 
 
-def _create_catalog_tables(catalog: SqlCatalog) -> None:
+def create_catalog_tables(catalog: SqlCatalog) -> None:
     """Create the SQL catalog's own tables where they are missing, tolerating concurrent creators.
 
     Slots of one run (threads or processes, on one host or several) open a fresh catalog at the same moment;

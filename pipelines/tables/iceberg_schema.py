@@ -14,7 +14,7 @@ from cohort.pipelines.tables.store import (
     TableSchemaError,
 )
 
-__all__ = ["arrow_schema"]
+__all__ = ["arrow_schema", "check_required_fields"]
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
@@ -43,7 +43,7 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _check_required_fields(table: pa.Schema, new: NewFile) -> None:
+def check_required_fields(table: pa.Schema, new: NewFile) -> None:
     """TableSchemaError when a file lacks a field the table requires, or lets it be null, at any depth: Iceberg
     refuses such a file (and pyiceberg prints its whole schema comparison on the way)."""
     for f in table:

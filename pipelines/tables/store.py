@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from cohort.common.names import validate_group_name, validate_topic_name
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.tasks.reader import validate_partition
+from cohort.pipelines.tasks.spans import validate_partition
 
 __all__ = [
     "DATA_DIR",
