@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cohort.assignment.protocol.messages import LedgerEntry
@@ -148,15 +148,64 @@ def decide_trail(
     instance's run): it needs no event here. `recorded_earlier` holds the ranges of events that match no
     pending entry but an entry before the mark (a range reported late): they are not problems.
     """
-    tp = mark.topic_partition
+    unmatched = _unmatched_events(mark.topic_partition, pending, events, recorded_earlier)
+    walk = _walk_ledger(mark, pending, _shown_ranges(events), elsewhere)
+    blocked_at = _min_opt(unmatched.blocked_at, walk.blocked_at)
+    settled = replace(walk.settled, event_cursor=_event_cursor(mark, events, blocked_at))
+    return TrailReading(
+        mark=settled,
+        pending=tuple(pending),
+        unshown=walk.unshown,
+        problems=unmatched.problems + walk.problems,
+        head=walk.head,
+        elsewhere=walk.shown_elsewhere,
+    )
+
+
+@dataclass(frozen=True)
+class _Unmatched:
+    """The trail events the ledger does not account for: one problem each, and the first of them (the event
+    cursor must stay before it, so that it is seen again)."""
+
+    problems: tuple[str, ...]
+    blocked_at: int | None
+
+
+@dataclass(frozen=True)
+class _LedgerWalk:
+    """The pending entries walked in ledger order: the mark advanced over their settled, contiguous prefix, the
+    entries that need an event and have none, the problems found, and where the ledger ends."""
+
+    settled: TrailMark
+    unshown: tuple[LedgerEntry, ...]
+    problems: tuple[str, ...]
+    blocked_at: int | None
+    """The first event of an entry shown after the settled prefix (the cursor must stay before it)."""
+    head: int | None
+    shown_elsewhere: int
+
+
+def _shown_ranges(events: Sequence[TrailEvent]) -> dict[tuple[int, int], int]:
+    """The ranges the events show, each with the id of the first event showing it."""
     shown: dict[tuple[int, int], int] = {}
     for event in events:
         if event.shows is not None:
             shown.setdefault(event.shows, event.event_id)
+    return shown
+
+
+def _unmatched_events(
+    tp: TopicPartition,
+    pending: Sequence[LedgerEntry],
+    events: Sequence[TrailEvent],
+    recorded_earlier: Collection[tuple[int, int]],
+) -> _Unmatched:
+    """The events that record no offsets, or a range that is neither pending, nor recorded before the mark, nor
+    inside a pending fold (whose ranges' events match it)."""
     pending_ranges = {(e.from_offset, e.until_offset) for e in pending}
-    folds = [(e.from_offset, e.until_offset) for e in pending if e.is_fold]  # their ranges' events match them
+    folds = [(e.from_offset, e.until_offset) for e in pending if e.is_fold]
     problems: list[str] = []
-    blocked_at: int | None = None  # the first trail event the cursor must not pass
+    blocked_at: int | None = None
     for event in events:
         if event.shows is None:
             problems.append(
@@ -171,12 +220,25 @@ def decide_trail(
             problems.append(f"{tp}: materialization [{s}, {u}) is not in the ledger")
         else:
             continue
-        blocked_at = event.event_id if blocked_at is None else min(blocked_at, event.event_id)
+        blocked_at = _min_opt(blocked_at, event.event_id)
+    return _Unmatched(tuple(problems), blocked_at)
 
+
+def _walk_ledger(
+    mark: TrailMark,
+    pending: Sequence[LedgerEntry],
+    shown: Mapping[tuple[int, int], int],
+    elsewhere: Callable[[LedgerEntry], bool],
+) -> _LedgerWalk:
+    """Walk the pending entries from the mark's head: name each contiguity break and each entry that needs an
+    event and has none, and advance the mark while the entries stay settled and contiguous."""
+    tp = mark.topic_partition
     settled = mark
     previous = mark.head
     advancing = True
     unshown: list[LedgerEntry] = []
+    problems: list[str] = []
+    blocked_at: int | None = None
     shown_elsewhere = 0
     for entry in pending:
         start, until = entry.from_offset, entry.until_offset
@@ -192,39 +254,48 @@ def decide_trail(
             unshown.append(entry)
             problems.append(f"{tp}: ledger range [{start}, {until}) has no materialization")
         if advancing and contiguous and not missing:
-            settled = replace(
-                settled,
-                ledger_id=max(settled.ledger_id, entry.entry_id or 0),
-                head=until,
-                ranges=settled.ranges + (1 if _counts_as_range(entry) else 0),
-                gaps=settled.gaps + (1 if entry.gap_reason is not None else 0),
-                resets=settled.resets + (1 if entry.is_reset else 0),
-                last_commit_at=max(entry.committed_at, settled.last_commit_at or entry.committed_at),
-            )
+            settled = _settle(settled, entry)
         else:
             advancing = False
             if wanted and not missing:
                 # an entry shown after the settled prefix: the cursor stays before its event, to see it again
-                event_id = shown[(start, until)]
-                blocked_at = event_id if blocked_at is None else min(blocked_at, event_id)
+                blocked_at = _min_opt(blocked_at, shown[(start, until)])
         previous = until
-    last_read = max((e.event_id for e in events), default=None)
-    if blocked_at is not None:
-        cursor = _max_opt(mark.event_cursor, blocked_at - 1)
-    else:
-        cursor = _max_opt(mark.event_cursor, last_read)
-    settled = replace(settled, event_cursor=cursor)
-    return TrailReading(
-        mark=settled,
-        pending=tuple(pending),
-        unshown=tuple(unshown),
-        problems=tuple(problems),
-        head=previous,
-        elsewhere=shown_elsewhere,
+    return _LedgerWalk(settled, tuple(unshown), tuple(problems), blocked_at, previous, shown_elsewhere)
+
+
+def _settle(mark: TrailMark, entry: LedgerEntry) -> TrailMark:
+    """`mark` advanced over one more settled entry, its counts with it."""
+    return replace(
+        mark,
+        ledger_id=max(mark.ledger_id, entry.entry_id or 0),
+        head=entry.until_offset,
+        ranges=mark.ranges + (1 if _counts_as_range(entry) else 0),
+        gaps=mark.gaps + (1 if entry.gap_reason is not None else 0),
+        resets=mark.resets + (1 if entry.is_reset else 0),
+        last_commit_at=max(entry.committed_at, mark.last_commit_at or entry.committed_at),
     )
 
 
+def _event_cursor(mark: TrailMark, events: Sequence[TrailEvent], blocked_at: int | None) -> int | None:
+    """The new event cursor: just before the first event that must be seen again, else after every event read;
+    never back from where the mark had it."""
+    if blocked_at is not None:
+        return _max_opt(mark.event_cursor, blocked_at - 1)
+    return _max_opt(mark.event_cursor, max((e.event_id for e in events), default=None))
+
+
+def _min_opt(a: int | None, b: int | None) -> int | None:
+    """The smaller of two optional ids (None: not set)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
 def _max_opt(a: int | None, b: int | None) -> int | None:
+    """The larger of two optional ids (None: not set)."""
     if a is None:
         return b
     if b is None:
