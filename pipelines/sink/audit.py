@@ -290,6 +290,7 @@ def _fold_dirs(
 
 
 def _rows(piece: Piece, where: str) -> int:
+    """The rows the ledger says `piece`'s commit wrote to output `where`."""
     return piece.commit.records if where == "sink" else piece.commit.quarantined
 
 
@@ -303,95 +304,133 @@ def _audit_output(
     """`ledger`: the committed offset and the furthest offset any commit reached (beyond it, no commit accounts
     for a directory)."""
     head, furthest = ledger
-    beyond = (
-        f"the ledger's committed offset {head}"
-        if furthest == head
-        else f"offset {furthest}, the furthest the ledger committed"
-    )
-    findings: list[SinkFinding] = []
-    by_offsets = {(p.from_offset, p.until_offset): p for p in pieces}
-    folds = _fold_dirs(pieces, dirs)
-    in_folds = {(d[0], d[1]) for inside in folds.values() for d in inside}
+    view = _OutputView(tp, where, tuple(pieces), tuple(dirs), head, furthest, _fold_dirs(pieces, dirs))
+    return [*_overlap_findings(view), *_directory_findings(view), *_fold_findings(view), *_unpublished_findings(view)]
+
+
+@dataclass(frozen=True)
+class _OutputView:
+    """One output of a partition as the audit compares it: its range directories (from, until, rows; sorted)
+    against the ledger's pieces, committed offset and furthest offset, and the directories inside each folded
+    piece."""
+
+    tp: TopicPartition
+    where: str
+    pieces: tuple[Piece, ...]
+    dirs: tuple[tuple[int, int, int], ...]
+    head: int | None
+    furthest: int | None
+    folds: Mapping[Piece, list[tuple[int, int, int]]]
+
+    @property
+    def held(self) -> set[tuple[int, int]]:
+        """The (from, until) of every range directory the output holds."""
+        return {(a, b) for a, b, _ in self.dirs}
+
+    def rows(self, piece: Piece) -> int:
+        """The rows the ledger says `piece`'s commit wrote to this output."""
+        return _rows(piece, self.where)
+
+    def finding(self, message: str, repair: str | None = None, piece: Piece | None = None) -> SinkFinding:
+        """A divergence of this output."""
+        return SinkFinding(self.tp, self.where, message, repair, piece)
+
+
+def _overlap_findings(view: _OutputView) -> list[SinkFinding]:
+    """Directories sharing offsets with the one reaching furthest before them: readers see those offsets twice."""
+    findings = []
     reach: tuple[int, int] | None = None  # the directory reaching furthest so far
-    for b_from, b_until, _ in dirs:
+    for b_from, b_until, _ in view.dirs:
         if reach is not None and b_from < reach[1]:
             a_from, a_until = reach
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
+                view.finding(
                     f"directories [{a_from}, {a_until}) and [{b_from}, {b_until}) share offsets "
                     f"[{b_from}, {min(a_until, b_until)}): readers see them twice; not repaired (say which to keep)",
                 )
             )
         if reach is None or b_until > reach[1]:
             reach = (b_from, b_until)
-    held: set[tuple[int, int]] = set()
-    for from_offset, until_offset, rows in dirs:
-        held.add((from_offset, until_offset))
+    return findings
+
+
+def _directory_findings(view: _OutputView) -> list[SinkFinding]:
+    """Each directory against the ledger: beyond what it committed, matching no committed range (and none of the
+    ranges a fold stands for, counted with the fold), or holding other rows than a whole piece says."""
+    beyond = (
+        f"the ledger's committed offset {view.head}"
+        if view.furthest == view.head
+        else f"offset {view.furthest}, the furthest the ledger committed"
+    )
+    by_offsets = {(p.from_offset, p.until_offset): p for p in view.pieces}
+    in_folds = {(d[0], d[1]) for inside in view.folds.values() for d in inside}
+    findings = []
+    for from_offset, until_offset, rows in view.dirs:
         piece = by_offsets.get((from_offset, until_offset))
-        if furthest is None or until_offset > furthest:
+        if view.furthest is None or until_offset > view.furthest:
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
+                view.finding(
                     f"directory [{from_offset}, {until_offset}) lies beyond {beyond}: "
                     "output no commit accounts for; not repaired (it is not deleted: check where it came from)",
                 )
             )
         elif piece is None and (from_offset, until_offset) in in_folds:
-            continue  # one of the ranges a fold stands for: counted with the fold below
+            continue  # one of the ranges a fold stands for: counted with the fold
         elif piece is None:
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
-                    f"directory [{from_offset}, {until_offset}) matches no committed range: not repaired",
-                )
+                view.finding(f"directory [{from_offset}, {until_offset}) matches no committed range: not repaired")
             )
-        elif piece.whole and rows >= 0 and rows != _rows(piece, where):
+        elif piece.whole and rows >= 0 and rows != view.rows(piece):
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
+                view.finding(
                     f"directory [{from_offset}, {until_offset}) holds {rows} rows, the ledger says "
-                    f"{_rows(piece, where)} (run {piece.commit.run_id}); not repaired (replay the offsets to "
+                    f"{view.rows(piece)} (run {piece.commit.run_id}); not repaired (replay the offsets to "
                     "rewrite it)",
                 )
             )
-    for piece, inside in folds.items():
+    return findings
+
+
+def _fold_findings(view: _OutputView) -> list[SinkFinding]:
+    """Each folded range held as several directories: none at all where it wrote rows, or rows that do not add
+    up to the fold's (a fold of one directory is compared like any range)."""
+    findings = []
+    held = view.held
+    for piece, inside in view.folds.items():
         if (piece.from_offset, piece.until_offset) in held:
-            continue  # a fold of one directory: compared above like any range
+            continue  # a fold of one directory: compared with the directories
         counted = [n for _a, _b, n in inside]
-        expected = _rows(piece, where)
+        expected = view.rows(piece)
         if piece.whole and expected and not inside:
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
-                    f"folded range [{piece.from_offset}, {piece.until_offset}) ({expected} rows) has no directory",
+                view.finding(
+                    f"folded range [{piece.from_offset}, {piece.until_offset}) ({expected} rows) has no directory"
                 )
             )
         elif piece.whole and counted and min(counted) >= 0 and sum(counted) != expected:
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
+                view.finding(
                     f"the {len(counted)} directories of folded range [{piece.from_offset}, {piece.until_offset}) "
                     f"hold {sum(counted)} rows, the ledger says {expected}; not repaired (replay the offsets to "
                     "rewrite them)",
                 )
             )
-    for piece in pieces:
-        if piece.commit.folded and piece in folds and (piece.from_offset, piece.until_offset) not in held:
+    return findings
+
+
+def _unpublished_findings(view: _OutputView) -> list[SinkFinding]:
+    """Whole committed ranges that wrote rows here and have no directory (folds are judged by `_fold_findings`):
+    publishing them from their run's staged output is the safe repair."""
+    findings = []
+    held = view.held
+    for piece in view.pieces:
+        if piece.commit.folded and piece in view.folds and (piece.from_offset, piece.until_offset) not in held:
             continue
-        if piece.whole and _rows(piece, where) and (piece.from_offset, piece.until_offset) not in held:
+        if piece.whole and view.rows(piece) and (piece.from_offset, piece.until_offset) not in held:
             findings.append(
-                SinkFinding(
-                    tp,
-                    where,
+                view.finding(
                     f"committed range [{piece.from_offset}, {piece.until_offset}) of run {piece.commit.run_id} "
-                    f"({_rows(piece, where)} rows) has no directory",
+                    f"({view.rows(piece)} rows) has no directory",
                     PUBLISH,
                     piece,
                 )
