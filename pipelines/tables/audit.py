@@ -22,21 +22,16 @@ not counted as a divergence.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from cohort.common.types import TopicPartition
-from cohort.pipelines.sink.audit import OutsideFinding, PartitionRecords, Piece, SinkFinding, effective_pieces
-from cohort.pipelines.sink.audit_ledger import AuditedRange, fold_ledger, ledger_entries
+from cohort.pipelines.sink.audit import OutsideFinding, PartitionRecords, SinkFinding, effective_pieces
+from cohort.pipelines.sink.audit_ledger import AuditedRange, LedgerFold, fold_ledger, ledger_entries
 from cohort.pipelines.sink.layout import SinkFs
+from cohort.pipelines.tables.audit_pieces import rows_by_piece
 from cohort.pipelines.tables.batch import orphan_dirs
-from cohort.pipelines.tables.compaction import source_ranges
 from cohort.pipelines.tables.files import (
     UNREFERENCED_GRACE_S,
     DiskFile,
@@ -53,7 +48,6 @@ from cohort.pipelines.tables.store import (
     TableStore,
     parse_data_path,
 )
-from cohort.pipelines.tasks.writer import arrow_filesystem
 
 __all__ = [
     "ADOPT",
@@ -189,75 +183,6 @@ class TableAudit:
     unreferenced: tuple[str, ...] = ()
 
 
-def _by_piece(root: str, files: Sequence[DataFile], pieces: Sequence[Piece]) -> list[tuple[int, int, int]]:
-    """(from, until, rows) per data directory, as the audit compares them with the ledger's pieces: a directory
-    holding several committed ranges (a compaction's, or what a replay left of one) stands for one entry per piece
-    it holds, with the rows counted from the ranges a merged file's footer records, else by their `kafka.offset`
-    (its files' offsets column is read); one holding rows no piece accounts for is left whole (the audit names
-    it)."""
-    by_dir: dict[tuple[int, int, str], list[DataFile]] = {}
-    for f in files:
-        by_dir.setdefault((f.from_offset, f.until_offset, f.attempt), []).append(f)
-    found: list[tuple[int, int, int]] = []
-    for (a, b, _), held in by_dir.items():
-        inside = [p for p in pieces if p.from_offset < b and a < p.until_offset]
-        if len(inside) < 2:
-            found.append((a, b, sum(f.records for f in held)))
-            continue
-        counts = _count_by_piece(root, held, inside)
-        if counts is None:
-            found.append((a, b, sum(f.records for f in held)))
-        else:
-            found += [(max(a, p.from_offset), min(b, p.until_offset), n) for p, n in zip(inside, counts, strict=True)]
-    return sorted(found)
-
-
-def _count_by_piece(root: str, files: Sequence[DataFile], pieces: Sequence[Piece]) -> list[int] | None:
-    """Rows of `files` per piece (sorted, disjoint) by their `kafka.offset`; None when some row lies in no piece or
-    the files cannot be read (the directory is then audited whole)."""
-    resolved = arrow_filesystem(root)
-    if resolved is None:
-        return None
-    filesystem, base = resolved
-    starts = [p.from_offset for p in pieces]
-    counts = [0] * len(pieces)
-    for f in files:
-        footer = _footer_counts(filesystem, f"{base}/{f.path}", f.records, pieces, starts)
-        if footer is not None:
-            counts = [n + m for n, m in zip(counts, footer, strict=True)]
-            continue
-        try:
-            kafka = pq.read_table(f"{base}/{f.path}", columns=["kafka"], filesystem=filesystem).column("kafka")
-        except (OSError, KeyError, pa.ArrowException):
-            return None
-        for offset in pc.struct_field(kafka, "offset").to_pylist():
-            at = bisect_right(starts, offset) - 1 if offset is not None else -1
-            if at < 0 or offset >= pieces[at].until_offset:
-                return None
-            counts[at] += 1
-    return counts
-
-
-def _footer_counts(
-    filesystem: Any, path: str, records: int, pieces: Sequence[Piece], starts: Sequence[int]
-) -> list[int] | None:
-    """Rows per piece from a merged file's footer (the ranges compaction recorded there), when they add up to the
-    rows the table records and each lies inside one piece; else None (the rows' offsets are read)."""
-    try:
-        ranges = source_ranges(pq.read_metadata(path, filesystem=filesystem).metadata)
-    except (OSError, pa.ArrowException):
-        return None
-    if ranges is None or sum(n for _, _, n in ranges) != records:
-        return None
-    counts = [0] * len(pieces)
-    for a, b, n in ranges:
-        at = bisect_right(starts, a) - 1
-        if at < 0 or b > pieces[at].until_offset:
-            return None
-        counts[at] += n
-    return counts
-
-
 def _foreign_message(root: str, paths: Sequence[str]) -> str:
     named = ", ".join(f"{root}/{p}" if "://" not in p and not p.startswith("/") else p for p in paths[:3])
     more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
@@ -287,105 +212,29 @@ def audit_table_partition(
     the partition's folders."""
     sink, quarantine = tables
     fold = fold_ledger(tp, ledger_entries(ledger, group, tp))
-    commits = list(fold.commits)
-    head = fold.head
-    position = LedgerPosition(head, fold.after_reset)
     exists = (sink.exists(), quarantine.exists())
-    marks = [
-        t.marks(group, [tp]).get(tp, PartitionMark()) if e else PartitionMark()
-        for t, e in zip(tables, exists, strict=True)
-    ]
-    ahead = ahead_of_ledger(position, marks[0])
-    batch = None if ahead is None else sink.last_batch(group, tp, ahead)
-    decision = reconcile_partition(
-        tp, Owner(group, None), position, marks[0], marks[1], sink_exists=exists[0], quarantine_exists=exists[1],
-        sink_batch=batch,
-    )  # fmt: skip
-    files = [t.files([tp]) if e else [] for t, e in zip(tables, exists, strict=True)]
-    findings: list[SinkFinding] = []
-    audited_head = head
-    if decision.adopt:  # audit the files as if adopted: the finding below names the commit
-        commits += [
-            AuditedRange(
-                r.from_offset,
-                r.until_offset,
-                r.records,
-                r.quarantined,
-                decision.adopt_run,
-                gap=r.gap_reason is not None,
-            )
-            for r in decision.adopt
-        ]
-        audited_head = decision.adopt[-1].until_offset
-        span = f"[{decision.adopt[0].from_offset}, {audited_head})"
-        findings.append(
-            SinkFinding(
-                tp,
-                "sink",
-                f"the sink table holds commit {span} of run {decision.adopt_run} that the ledger never saw",
-                ADOPT,
-            )
-        )
-    quarantine_files = files[1]
-    if decision.roll_back_from is not None:
-        cut = decision.roll_back_from
-        quarantine_files = [f for f in files[1] if f.until_offset <= cut]
-        findings.append(
-            SinkFinding(
-                tp,
-                "quarantine",
-                f"the quarantine table holds offsets from {cut} whose sink-table commit never landed (a batch died "
-                "between its two table commits)",
-                ROLL_BACK,
-            )
-        )
-    if decision.problem:
-        findings.append(SinkFinding(tp, "sink", decision.problem))
-    pieces = effective_pieces(commits)
+    marks = _marks_of(tables, exists, group, tp)
+    decision = _reconcile(group, tp, sink, fold, marks, exists)
+    files = (sink.files([tp]) if exists[0] else [], quarantine.files([tp]) if exists[1] else [])
+    audited = _as_adopted(tp, fold, decision)
+    quarantine_files = _kept_quarantine_files(decision, files[1])
+    findings = [*audited.findings, *_rollback_findings(tp, decision), *_problem_findings(tp, decision)]
+    pieces = effective_pieces(audited.commits)
     outputs = {
-        "sink": _by_piece(sink.root, files[0], pieces),
-        "quarantine": _by_piece(quarantine.root, quarantine_files, pieces),
+        "sink": rows_by_piece(sink.root, files[0], pieces),
+        "quarantine": rows_by_piece(quarantine.root, quarantine_files, pieces),
     }
-    for where, table, there in (("sink", sink, exists[0]), ("quarantine", quarantine, exists[1])):
-        foreign = table.foreign_files() if there else []
-        if foreign:
-            findings.append(SinkFinding(tp, where, _foreign_message(table.root, foreign)))
-    records = PartitionRecords(tp, tuple(commits), audited_head, outputs, pending=fold.pending)
-    findings += records.audit(kafka_committed, compare_kafka=compare_kafka)
-    if compare_kafka and decision.adopt:  # Kafka is compared with the ledger as it is, not as adopted
-        findings = [f for f in findings if f.where != "kafka"]
-        findings += PartitionRecords(tp, (), head, {}).audit(kafka_committed, compare_kafka=True)
+    findings += _foreign_findings(tp, tables, exists)
+    records = PartitionRecords(tp, audited.commits, audited.head, outputs, pending=fold.pending)
+    findings += _records_findings(records, fold.head, kafka_committed, compare_kafka, adopted=bool(decision.adopt))
     if check_files:
-        for where, table, held in (("sink", sink, files[0]), ("quarantine", quarantine, files[1])):
-            missing = [f for f in held if not fs.exists(f"{table.root}/{f.path}")]
-            findings += [
-                SinkFinding(
-                    tp,
-                    where,
-                    f"data file {f.path} of range [{f.from_offset}, {f.until_offset}) is referenced by the table but "
-                    "missing: readers of the table fail; not repaired (restore the file, or replay the offsets)",
-                )
-                for f in missing[:_MAX_MISSING_NAMED]
-            ]
-            if len(missing) > _MAX_MISSING_NAMED:
-                findings.append(
-                    SinkFinding(tp, where, f"{len(missing) - _MAX_MISSING_NAMED} more data files are missing")
-                )
+        findings += _missing_file_findings(tp, tables, files, fs)
     orphans = [path for t, mark in zip(tables, marks, strict=True) for path in orphan_dirs(fs, t, tp, mark)]
-    if orphans:
-        findings.append(
-            SinkFinding(
-                tp,
-                "sink",
-                f"{len(orphans)} data director{'y' if len(orphans) == 1 else 'ies'} no table commit references "
-                "(a batch died before its table commit)",
-                DELETE_ORPHANS,
-            )
-        )
+    findings += _orphan_findings(tp, orphans)
     stale, deleted = _unreferenced_findings(tp, on_disk, orphans) if on_disk is not None else ([], [])
     findings += stale
     return TableAudit(
-        PartitionRecords(tp, tuple(commits), head, outputs, pending=fold.pending),
+        PartitionRecords(tp, audited.commits, fold.head, outputs, pending=fold.pending),
         tuple(findings),
         decision,
         marks[0],
@@ -393,6 +242,144 @@ def audit_table_partition(
         tuple(orphans),
         tuple(deleted),
     )
+
+
+@dataclass(frozen=True)
+class _Audited:
+    """The ledger the tables' files are audited against: its commits plus those a repair would adopt, the head
+    they reach, and the finding that names the commit to adopt (if any)."""
+
+    commits: tuple[AuditedRange, ...]
+    head: int | None
+    findings: tuple[SinkFinding, ...]
+
+
+def _marks_of(
+    tables: tuple[TableStore, TableStore], exists: tuple[bool, bool], group: str, tp: TopicPartition
+) -> tuple[PartitionMark, PartitionMark]:
+    """The partition's marks in each table (empty marks for a table that does not exist)."""
+    sink, quarantine = (
+        t.marks(group, [tp]).get(tp, PartitionMark()) if e else PartitionMark()
+        for t, e in zip(tables, exists, strict=True)
+    )
+    return sink, quarantine
+
+
+def _reconcile(
+    group: str,
+    tp: TopicPartition,
+    sink: TableStore,
+    fold: LedgerFold,
+    marks: tuple[PartitionMark, PartitionMark],
+    exists: tuple[bool, bool],
+) -> Reconcile:
+    """The decision a batch starting now would make about the tables' marks against the ledger (what to adopt,
+    what to roll back, what refuses), with the sink's batch record of a commit ahead of the ledger."""
+    position = LedgerPosition(fold.head, fold.after_reset)
+    ahead = ahead_of_ledger(position, marks[0])
+    batch = None if ahead is None else sink.last_batch(group, tp, ahead)
+    return reconcile_partition(
+        tp, Owner(group, None), position, marks[0], marks[1], sink_exists=exists[0], quarantine_exists=exists[1],
+        sink_batch=batch,
+    )  # fmt: skip
+
+
+def _as_adopted(tp: TopicPartition, fold: LedgerFold, decision: Reconcile) -> _Audited:
+    """The ledger's commits, plus the sink-table commit the ledger never saw as if adopted (the files are
+    audited so, and a finding names the commit)."""
+    if not decision.adopt:
+        return _Audited(tuple(fold.commits), fold.head, ())
+    adopted = tuple(
+        AuditedRange(
+            r.from_offset, r.until_offset, r.records, r.quarantined, decision.adopt_run, gap=r.gap_reason is not None
+        )
+        for r in decision.adopt
+    )
+    head = decision.adopt[-1].until_offset
+    span = f"[{decision.adopt[0].from_offset}, {head})"
+    message = f"the sink table holds commit {span} of run {decision.adopt_run} that the ledger never saw"
+    return _Audited((*fold.commits, *adopted), head, (SinkFinding(tp, "sink", message, ADOPT),))
+
+
+def _kept_quarantine_files(decision: Reconcile, files: Sequence[DataFile]) -> list[DataFile]:
+    """The quarantine table's files the audit compares: those a roll-back would keep."""
+    cut = decision.roll_back_from
+    return list(files) if cut is None else [f for f in files if f.until_offset <= cut]
+
+
+def _rollback_findings(tp: TopicPartition, decision: Reconcile) -> list[SinkFinding]:
+    """A quarantine-table commit whose sink-table commit never landed (a roll-back repairs it)."""
+    if decision.roll_back_from is None:
+        return []
+    message = (
+        f"the quarantine table holds offsets from {decision.roll_back_from} whose sink-table commit never landed "
+        "(a batch died between its two table commits)"
+    )
+    return [SinkFinding(tp, "quarantine", message, ROLL_BACK)]
+
+
+def _problem_findings(tp: TopicPartition, decision: Reconcile) -> list[SinkFinding]:
+    """What the reconciliation refuses (no repair)."""
+    return [SinkFinding(tp, "sink", decision.problem)] if decision.problem else []
+
+
+def _foreign_findings(
+    tp: TopicPartition, tables: tuple[TableStore, TableStore], exists: tuple[bool, bool]
+) -> list[SinkFinding]:
+    """The data files each table references outside Cohort's layout."""
+    findings = []
+    for where, table, there in zip(_OUTPUTS, tables, exists, strict=True):
+        foreign = table.foreign_files() if there else []
+        if foreign:
+            findings.append(SinkFinding(tp, where, _foreign_message(table.root, foreign)))
+    return findings
+
+
+def _records_findings(
+    records: PartitionRecords, head: int | None, kafka_committed: int | None, compare_kafka: bool, *, adopted: bool
+) -> list[SinkFinding]:
+    """The files' records against the (adopted) ledger; Kafka is compared with the ledger as it is (`head`), not
+    as adopted."""
+    findings = records.audit(kafka_committed, compare_kafka=compare_kafka)
+    if compare_kafka and adopted:
+        findings = [f for f in findings if f.where != "kafka"]
+        findings += PartitionRecords(records.tp, (), head, {}).audit(kafka_committed, compare_kafka=True)
+    return findings
+
+
+def _missing_file_findings(
+    tp: TopicPartition,
+    tables: tuple[TableStore, TableStore],
+    files: tuple[Sequence[DataFile], Sequence[DataFile]],
+    fs: SinkFs,
+) -> list[SinkFinding]:
+    """The data files the tables reference that are not on disk (the first few named, the rest counted)."""
+    findings = []
+    for where, table, held in zip(_OUTPUTS, tables, files, strict=True):
+        missing = [f for f in held if not fs.exists(f"{table.root}/{f.path}")]
+        findings += [
+            SinkFinding(
+                tp,
+                where,
+                f"data file {f.path} of range [{f.from_offset}, {f.until_offset}) is referenced by the table but "
+                "missing: readers of the table fail; not repaired (restore the file, or replay the offsets)",
+            )
+            for f in missing[:_MAX_MISSING_NAMED]
+        ]
+        if len(missing) > _MAX_MISSING_NAMED:
+            findings.append(SinkFinding(tp, where, f"{len(missing) - _MAX_MISSING_NAMED} more data files are missing"))
+    return findings
+
+
+def _orphan_findings(tp: TopicPartition, orphans: Sequence[str]) -> list[SinkFinding]:
+    """The data directories no table commit references (deleting them is a repair)."""
+    if not orphans:
+        return []
+    message = (
+        f"{len(orphans)} data director{'y' if len(orphans) == 1 else 'ies'} no table commit references "
+        "(a batch died before its table commit)"
+    )
+    return [SinkFinding(tp, "sink", message, DELETE_ORPHANS)]
 
 
 def _unreferenced_findings(
