@@ -36,23 +36,29 @@ that takes the table's version past a multiple of `every_commits`, the store vac
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import re
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
-from deltalake import DeltaTable, Field, Transaction
+from deltalake import DeltaTable, Field
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.tables.delta_errors import DeltaStoreError, short_error
+from cohort.pipelines.tables.delta_files import active_files, checked_add_action, remove_actions
+from cohort.pipelines.tables.delta_log import (
+    BATCH_KEY,
+    GROUP_KEY,
+    commit_properties,
+    find_batch,
+    generation_key,
+    reach_key,
+)
+from cohort.pipelines.tables.delta_stats import parquet_stats
 from cohort.pipelines.tables.maintenance import compact_files, run_safely, vacuum_delta
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, delta_configuration, maintenance_due
 from cohort.pipelines.tables.store import (
@@ -70,34 +76,20 @@ from cohort.pipelines.tables.store import (
     unify_schemas,
 )
 
-__all__ = ["BATCH_KEY", "GROUP_KEY", "DeltaStoreError", "DeltaTableStore", "generation_key", "parquet_stats"]
+__all__ = [
+    "BATCH_KEY",
+    "GROUP_KEY",
+    "DeltaStoreError",
+    "DeltaTableStore",
+    "generation_key",
+    "parquet_stats",
+]
 
-BATCH_KEY = "cohort.batch"
-GROUP_KEY = "cohort.group"
-_GENERATION_SUFFIX = "/generation"
-_RELATIVE_PATH = re.compile(r"[A-Za-z0-9._=+-]+(/[A-Za-z0-9._=+-]+)*")
 _CONFIGURATION = {"delta.checkpointInterval": "10"}
 """A checkpoint every 10 commits (delta-rs's default is 100): each mark is read by replaying the log since the
 last checkpoint, and a batch reads three marks per partition; small frequent batches pay for a long replay."""
-_MAX_STRING_STAT = 64  # longer string bounds are left out (Delta itself truncates them) to keep the log small
 _RECENT_HISTORY = 100  # commits last_batch reads before it reads the whole history
 _T = TypeVar("_T")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_FRAME = re.compile(r"(\d+: |at )")  # the lines of a Rust backtrace
-
-
-class DeltaStoreError(RuntimeError):
-    """delta-rs failed on the table (unreachable storage, a damaged log...): the message names the table."""
-
-
-def generation_key(group: str, tp: TopicPartition) -> str:
-    """The app id of a partition's generation mark (its head's app id plus `/generation`)."""
-    return mark_key(group, tp) + _GENERATION_SUFFIX
-
-
-def reach_key(group: str, tp: TopicPartition) -> str:
-    """The app id of a partition's reach mark (its head's app id plus `/reach`)."""
-    return mark_key(group, tp) + "/reach"
 
 
 class DeltaTableStore:
@@ -164,9 +156,9 @@ class DeltaTableStore:
         if table is None:
             return None
         recent = self._guard("read the history of", lambda: table.history(_RECENT_HISTORY))
-        found = _find_batch(recent, group, tp, head)
+        found = find_batch(recent, group, tp, head)
         if found is None and len(recent) >= _RECENT_HISTORY:
-            found = _find_batch(self._guard("read the history of", table.history), group, tp, head)
+            found = find_batch(self._guard("read the history of", table.history), group, tp, head)
         return found
 
     # -- committing ----------------------------------------------------------------------------------------
@@ -179,7 +171,7 @@ class DeltaTableStore:
         if first_schema is None and self._load() is None:
             return  # nothing to create the table with: the first commit that adds a file (or names a schema) does
         adds = self._add_actions(change.adds)  # each file checked before anything is written
-        properties = _commit_properties(change)
+        properties = commit_properties(change)
         refusals, evolved, last_error = 0, False, ""
         while refusals < self._max_attempts:
             table = self._load()
@@ -212,9 +204,9 @@ class DeltaTableStore:
                 self._maintain(table.version(), change)
                 return
             except CommitFailedError as error:
-                refusals, last_error = refusals + 1, _short(error)
+                refusals, last_error = refusals + 1, short_error(error)
             except (DeltaError, OSError) as error:
-                raise DeltaStoreError(f"cannot commit to Delta table {self.root}: {_short(error)}") from error
+                raise DeltaStoreError(f"cannot commit to Delta table {self.root}: {short_error(error)}") from error
         raise TableConflictError(
             f"Delta table {self.root}: concurrent commits refused this one {refusals} times (last: {last_error})"
         )
@@ -251,7 +243,7 @@ class DeltaTableStore:
         except TableNotFoundError:
             return None
         except (DeltaError, OSError) as error:  # delta-rs raises OSError when the storage cannot be reached
-            raise DeltaStoreError(f"cannot open Delta table {self.root}: {_short(error)}") from error
+            raise DeltaStoreError(f"cannot open Delta table {self.root}: {short_error(error)}") from error
 
     def _create(self, schema: pa.Schema) -> DeltaTable | None:
         """Create the table (or find it created meanwhile); None when a concurrent creation got in the way."""
@@ -267,14 +259,14 @@ class DeltaTableStore:
         except (DeltaError, OSError) as error:
             if self._load() is not None:  # a concurrent writer created it between our check and our commit
                 return None
-            raise DeltaStoreError(f"cannot create Delta table {self.root}: {_short(error)}") from error
+            raise DeltaStoreError(f"cannot create Delta table {self.root}: {short_error(error)}") from error
 
     def _guard(self, doing: str, call: Callable[[], _T]) -> _T:
         """`call()`, its DeltaError turned into a short DeltaStoreError naming the table."""
         try:
             return call()
         except (DeltaError, OSError) as error:
-            raise DeltaStoreError(f"cannot {doing} Delta table {self.root}: {_short(error)}") from error
+            raise DeltaStoreError(f"cannot {doing} Delta table {self.root}: {short_error(error)}") from error
 
     def _arrow_schema(self, table: DeltaTable) -> pa.Schema:
         exported = self._guard("read the schema of", lambda: table.schema().to_arrow())
@@ -296,16 +288,8 @@ class DeltaTableStore:
         return self._guard("read the marks of", read)
 
     def _active(self, table: DeltaTable) -> list[DataFile]:
-        """The table's files in Cohort's layout (a file without a row count in its stats counts 0 rows), with their
-        sizes and the time their `add` says."""
-        actions = pa.table(self._guard("list the files of", lambda: table.get_add_actions(flatten=True)))
-        columns = ("path", "num_records", "size_bytes", "modification_time")
-        paths, counts, sizes, times = (actions.column(c).to_pylist() for c in columns)
-        parsed = (
-            parse_data_path(str(path), int(count or 0), size=int(size or 0), added_ms=_epoch_ms(at))
-            for path, count, size, at in zip(paths, counts, sizes, times, strict=True)
-        )
-        return [f for f in parsed if f is not None]
+        """The table's files in Cohort's layout, with their row counts, sizes and the time their `add` says."""
+        return active_files(pa.table(self._guard("list the files of", lambda: table.get_add_actions(flatten=True))))
 
     def _already_landed(self, table: DeltaTable, change: TableCommit) -> bool:
         """The compare-and-set on the marks (`compare_and_set`) against the loaded version."""
@@ -314,212 +298,16 @@ class DeltaTableStore:
         return compare_and_set(change, current, lambda tp, head: self.last_batch(group, tp, head))
 
     def _remove_actions(self, table: DeltaTable, removes: Sequence[DataFile]) -> list[RemoveAction]:
+        """The `remove` of each file a commit replaces."""
         if not removes:
             return []
         actions = pa.table(self._guard("list the files of", lambda: table.get_add_actions(flatten=False)))
-        sizes = dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True))
-        now = _now_ms()
-        return [RemoveAction(f.path, data_change=True, deletion_timestamp=now, size=sizes.get(f.path)) for f in removes]
+        return remove_actions(actions, removes)
 
     def _add_actions(self, files: Sequence[NewFile]) -> list[AddAction]:
+        """The `add` of each file the batch wrote, each checked through delta-rs's own object store first."""
         if not files:
             return []
         handler = self._guard("reach", lambda: DeltaStorageHandler(self.root, self._options))
         filesystem = pafs.PyFileSystem(handler)  # delta-rs's own object store: reaches what the table reaches
-        return [self._add_action(filesystem, new) for new in files]
-
-    def _add_action(self, filesystem: pafs.FileSystem, new: NewFile) -> AddAction:
-        """The `add` of a file the batch wrote, after checking it is where and what the batch says."""
-        if not _RELATIVE_PATH.fullmatch(new.path) or any(part in (".", "..") for part in new.path.split("/")):
-            raise ValueError(
-                f"data file {new.path!r} of Delta table {self.root}: paths are relative to the table root and made "
-                "of letters, digits and . _ = + - (no '..', no scheme, no leading '/')"
-            )
-        try:
-            info = filesystem.get_file_info(new.path)
-        except (OSError, DeltaError) as error:
-            raise DeltaStoreError(f"cannot reach {self.root}/{new.path}: {_short(error)}") from error
-        if info.type != pafs.FileType.File:
-            raise FileNotFoundError(f"data file {self.root}/{new.path} does not exist: nothing was committed")
-        if info.size != new.size:
-            raise ValueError(
-                f"data file {self.root}/{new.path} has {info.size} bytes, the batch says {new.size}: "
-                "nothing was committed (a partial or replaced file?)"
-            )
-        try:
-            metadata = pq.read_metadata(new.path, filesystem=filesystem)
-        except (OSError, DeltaError, pa.ArrowException) as error:
-            raise ValueError(
-                f"data file {self.root}/{new.path} is not a readable Parquet file: {_short(error)}"
-            ) from error
-        if metadata.num_rows != new.records:
-            raise ValueError(
-                f"data file {self.root}/{new.path} holds {metadata.num_rows} rows, the batch says {new.records}: "
-                "nothing was committed"
-            )
-        return AddAction(
-            path=new.path,
-            size=new.size,
-            partition_values={},
-            modification_time=_now_ms(),
-            data_change=True,
-            stats=parquet_stats(metadata),
-        )
-
-
-def _commit_properties(change: TableCommit) -> CommitProperties:
-    """The commit's txns (the new marks, one per app id) and its metadata (the batch record)."""
-    group = change.owner.group
-    versions: dict[str, int] = {}
-    for tp, mark in change.marks().items():
-        if mark.head is not None:
-            versions.setdefault(mark_key(group, tp), mark.head)
-        if mark.generation is not None:
-            versions.setdefault(generation_key(group, tp), mark.generation)
-        if mark.reach is not None:
-            versions.setdefault(reach_key(group, tp), mark.reach)
-    metadata: dict[str, Any] = {GROUP_KEY: group}
-    if change.batch is not None:
-        metadata[BATCH_KEY] = {"group": group, **change.batch.to_json()}
-    return CommitProperties(
-        custom_metadata=metadata,
-        app_transactions=[Transaction(app_id, version) for app_id, version in versions.items()],
-    )
-
-
-def _find_batch(history: list[dict[str, Any]], group: str, tp: TopicPartition, head: int) -> BatchRecord | None:
-    """The newest record in `history` (newest first) by `group` whose last range of `tp` ends at `head`."""
-    for commit in history:
-        raw = commit.get(BATCH_KEY)
-        if not isinstance(raw, dict) or raw.get("group") != group:
-            continue
-        record = BatchRecord.from_json(raw)
-        ranges = record.for_partition(tp) if record is not None else ()
-        if ranges and ranges[-1].until_offset == head:
-            return record
-    return None
-
-
-def _short(error: BaseException) -> str:
-    """An error in one line of at most 240 characters: delta-rs messages are nested cause chains over many
-    lines, with terminal colours and sometimes a backtrace; the first line says what failed, the last one why."""
-    lines = [_ANSI.sub("", line).strip().lstrip("↳").strip() for line in str(error).splitlines()]
-    lines = [line for line in lines if line and not _FRAME.match(line)]
-    if not lines:
-        return type(error).__name__
-    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-    return text if len(text) <= 240 else text[:237] + "..."
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _epoch_ms(value: Any) -> int | None:
-    """An `add` action's modification time (a datetime, or epoch ms) in epoch ms."""
-    if isinstance(value, dt.datetime):
-        return int((value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp() * 1000)
-    return int(value) if isinstance(value, int) else None
-
-
-# -- statistics ----------------------------------------------------------------------------------------------
-
-
-def parquet_stats(metadata: pq.FileMetaData) -> str:
-    """Delta's `stats` JSON for a Parquet file, from its footer alone: numRecords, and minValues / maxValues /
-    nullCount per primitive leaf column (struct fields nest: `{"kafka": {"offset": 5}}`). Columns inside lists
-    and maps get none; a bound left out only costs pruning, a wrong one would hide rows, so anything not exactly
-    representable (binary, decimal, bool, unsigned, nanosecond or zone-less timestamps, long strings) is left out."""
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, Any] = {}
-    leaves = [leaf for f in metadata.schema.to_arrow_schema() for leaf in _leaves(f.type, (f.name,))]
-    if len(leaves) == metadata.num_columns:  # else an unexpected layout: numRecords only
-        for index, leaf in enumerate(leaves):
-            if leaf is not None:
-                _column_stats(metadata, index, leaf[0], leaf[1], mins, maxs, nulls)
-    return json.dumps(
-        {"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
-        separators=(",", ":"),
-    )
-
-
-def _leaves(arrow_type: pa.DataType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], pa.DataType] | None]:
-    """Per Parquet leaf column under `path`, in file order: its path and type, or None when it gets no stats."""
-    if pa.types.is_struct(arrow_type):
-        for i in range(arrow_type.num_fields):
-            child = arrow_type.field(i)
-            yield from _leaves(child.type, (*path, child.name))
-    elif pa.types.is_dictionary(arrow_type):
-        yield from _leaves(arrow_type.value_type, path)
-    elif pa.types.is_map(arrow_type):
-        yield from (None for _ in range(_leaf_count(arrow_type.key_type) + _leaf_count(arrow_type.item_type)))
-    elif pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
-        yield from (None for _ in range(_leaf_count(arrow_type.value_type)))
-    else:
-        yield path, arrow_type
-
-
-def _leaf_count(arrow_type: pa.DataType) -> int:
-    return sum(1 for _ in _leaves(arrow_type, ("",)))
-
-
-def _column_stats(
-    metadata: pq.FileMetaData,
-    index: int,
-    path: tuple[str, ...],
-    arrow_type: pa.DataType,
-    mins: dict[str, Any],
-    maxs: dict[str, Any],
-    nulls: dict[str, Any],
-) -> None:
-    """Fold column `index`'s row-group statistics into the three maps; leave out what is unknown."""
-    null_count = 0
-    low: Any = None
-    high: Any = None
-    bounded = True
-    for group in range(metadata.num_row_groups):
-        chunk = metadata.row_group(group)
-        stats = chunk.column(index).statistics
-        if stats is None or stats.null_count is None:
-            return  # nothing known about this column
-        null_count += stats.null_count
-        if stats.has_min_max:
-            low = stats.min if low is None else min(low, stats.min)
-            high = stats.max if high is None else max(high, stats.max)
-        elif stats.null_count != chunk.num_rows:  # values without bounds: the file's bounds are unknown
-            bounded = False
-    _nest(nulls, path, null_count)
-    if bounded and low is not None:
-        low_json, high_json = _bound(low, arrow_type), _bound(high, arrow_type)
-        if low_json is not None and high_json is not None:
-            _nest(mins, path, low_json)
-            _nest(maxs, path, high_json)
-
-
-def _bound(value: Any, arrow_type: pa.DataType) -> Any:
-    """A statistics bound as Delta's stats JSON writes it, None when the type gets no bounds."""
-    if pa.types.is_signed_integer(arrow_type):
-        return int(value)
-    if pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type):
-        number = float(value)
-        return number if number == number and abs(number) != float("inf") else None
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return value if isinstance(value, str) and len(value) <= _MAX_STRING_STAT else None
-    if pa.types.is_date32(arrow_type) and isinstance(value, dt.date):
-        return value.isoformat()
-    if (
-        pa.types.is_timestamp(arrow_type)
-        and arrow_type.tz is not None
-        and arrow_type.unit in ("s", "ms", "us")
-        and isinstance(value, dt.datetime)
-        and value.tzinfo is not None
-    ):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return None
-
-
-def _nest(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    for name in path[:-1]:
-        target = target.setdefault(name, {})
-    target[path[-1]] = value
+        return [checked_add_action(self.root, filesystem, new) for new in files]
