@@ -31,31 +31,40 @@ metadata file (`ReusingSqlCatalog`); what still grows with the snapshots kept is
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Literal
+from contextlib import AbstractContextManager
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-from pydantic import Field
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile as IcebergFile
-from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import ValidatableTableRequirement
 from pyiceberg.utils.properties import property_as_bool
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.tables.iceberg_catalog import ReusingSqlCatalog, create_catalog_tables
+from cohort.pipelines.tables.iceberg_errors import catalog_errors, first_line, schema_mismatch
+from cohort.pipelines.tables.iceberg_files import (
+    check_files_exist,
+    live_files,
+    referenced_paths,
+    relative_path,
+    snapshot_entries,
+)
+from cohort.pipelines.tables.iceberg_marks import (
+    AssertCohortMarks,
+    compact_json,
+    expected_properties,
+    last_batch_of,
+    new_properties,
+    read_mark,
+)
 from cohort.pipelines.tables.iceberg_schema import (
     arrow_schema,
     check_required_fields,
@@ -89,25 +98,7 @@ __all__ = [
 
 CATALOG_NAME = "cohort"
 BATCH_SUMMARY_KEY = "cohort.batch"
-_MARKS = ("head", "generation", "reach")  # PartitionMark's fields, each a property `<mark key>/<field>`
-_LAST = "/last"
 _CREATE_PROPERTIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}  # the store's loop retries, re-checking the marks
-
-
-class AssertCohortMarks(ValidatableTableRequirement):
-    """The table's mark properties still hold what the batch read (None: the key is absent). SqlCatalog validates it
-    against the freshly loaded metadata inside `commit_table`, and pyiceberg's retries keep it."""
-
-    type: Literal["assert-cohort-marks"] = Field(default="assert-cohort-marks")
-    properties: dict[str, str | None] = Field(default_factory=dict)
-
-    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]  # as pyiceberg's
-        if base_metadata is None:
-            raise CommitFailedException("cohort: the table no longer exists")
-        for key, expected in self.properties.items():
-            found = base_metadata.properties.get(key)
-            if found != expected:
-                raise CommitFailedException(f"cohort: table property {key} is {found!r}, expected {expected!r}")
 
 
 class IcebergTableStore:
@@ -163,7 +154,7 @@ class IcebergTableStore:
         keys = {tp: mark_key(group, tp) for tp in partitions}
         table = self._load()
         properties = {} if table is None else table.properties
-        return {tp: _read_mark(properties, key) for tp, key in keys.items()}
+        return {tp: read_mark(properties, key) for tp, key in keys.items()}
 
     def files(self, partitions: Sequence[TopicPartition]) -> list[DataFile]:
         """The current snapshot's data files of `partitions` in Cohort's layout, sorted; read from the manifests
@@ -186,7 +177,7 @@ class IcebergTableStore:
             return []
         return sorted(
             entry.data_file.file_path if relative is None else relative
-            for entry, relative, _ in self._entries(table)
+            for entry, relative, _ in snapshot_entries(table, self.root)
             if relative is None or parse_data_path(relative, 0) is None
         )
 
@@ -194,7 +185,7 @@ class IcebergTableStore:
         """The batch that moved `tp`'s head to `head`, from the `/last` property (it outlives snapshot expiry)."""
         key = mark_key(group, tp)
         table = self._load()
-        return None if table is None else _last_batch(table.properties, key, tp, head)
+        return None if table is None else last_batch_of(table.properties, key, tp, head)
 
     # -- committing ---------------------------------------------------------------------------------------------
 
@@ -205,7 +196,7 @@ class IcebergTableStore:
         unknown = sorted(set(change.heads) - set(change.expected))
         if unknown:
             raise ValueError(f"{unknown[0]}: a table commit moves the head only of a partition whose marks it expects")
-        self._check_files_exist(change.adds)
+        check_files_exist(self.root, change.adds)
         with self._catalog_errors():
             failure = self._commit_with_retries(change)
         if failure is not None:
@@ -239,7 +230,7 @@ class IcebergTableStore:
                 self._maintain(table, based_on, change)
                 return None
             except CommitFailedException as error:  # the marks moved, or another commit won the catalog's swap
-                failure = _first_line(error)
+                failure = first_line(error)
                 if attempt + 1 < self.max_attempts:
                     time.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))
         return failure
@@ -247,11 +238,11 @@ class IcebergTableStore:
     def _landed(self, change: TableCommit, properties: Mapping[str, str]) -> bool:
         """The compare-and-set on the marks (`compare_and_set`) against the table's properties."""
         group = change.owner.group
-        current = {tp: _read_mark(properties, mark_key(group, tp)) for tp in change.expected}
+        current = {tp: read_mark(properties, mark_key(group, tp)) for tp in change.expected}
         return compare_and_set(
             change,
             current,
-            lambda tp, head: _last_batch(properties, mark_key(group, tp), tp, head),
+            lambda tp, head: last_batch_of(properties, mark_key(group, tp), tp, head),
             where=f" in {self.identifier}",
         )
 
@@ -265,22 +256,22 @@ class IcebergTableStore:
         removes_gone(change, live, str(self))
         removed = [live[r.path] for r in change.removes]
         tx = MetadataOnceTransaction(table)
-        tx._stage((), (AssertCohortMarks(properties=self._expected_properties(change)),))  # type: ignore[arg-type]
+        tx._stage((), (AssertCohortMarks(properties=expected_properties(change)),))  # type: ignore[arg-type]
         if gained:
             try:
                 with tx.update_schema() as update:
                     update.union_by_name(pa.schema(gained))
             except (UnsupportedPyArrowTypeException, ValueError, TypeError) as error:
-                raise TableSchemaError(f"{self}: cannot add {[f.name for f in gained]}: {_first_line(error)}") from None
+                raise TableSchemaError(f"{self}: cannot add {[f.name for f in gained]}: {first_line(error)}") from None
         if change.adds or change.removes:
             self._stage_snapshot(tx, table, change, removed)
-        properties = self._new_properties(change)
+        properties = new_properties(change)
         if properties:
             tx.set_properties(properties)
         try:
             tx.commit_transaction()
         except ValidationException as error:  # an overwrite rebased by pyiceberg found a removed file gone
-            raise TableConflictError(f"{self}: the commit's removes no longer apply: {_first_line(error)}") from None
+            raise TableConflictError(f"{self}: the commit's removes no longer apply: {first_line(error)}") from None
 
     def _maintain(self, table: Table, based_on: int, change: TableCommit) -> None:
         """Expire old snapshots (cohort.pipelines.tables.maintenance) after a commit that took the table's sequence
@@ -304,7 +295,7 @@ class IcebergTableStore:
         added = [self._data_file(table, metadata, new) for new in change.adds]
         summary = {}
         if change.batch is not None:
-            summary[BATCH_SUMMARY_KEY] = _json({"group": change.owner.group, **change.batch.to_json()})
+            summary[BATCH_SUMMARY_KEY] = compact_json({"group": change.owner.group, **change.batch.to_json()})
         update = tx.update_snapshot(snapshot_properties=summary)
         if removed:
             with update.overwrite() as overwrite:
@@ -324,52 +315,13 @@ class IcebergTableStore:
             data_file = parquet_file_to_data_file(table.io, metadata, f"{self.root}/{new.path}")
         except ValueError as error:
             raise TableSchemaError(
-                f"{new.path}: the file's columns do not fit the schema of {self.identifier}: {_mismatch(error)}"
+                f"{new.path}: the file's columns do not fit the schema of {self.identifier}: {schema_mismatch(error)}"
             ) from None
         if data_file.record_count != new.records:
             raise ValueError(
                 f"{new.path} under {self.root} holds {data_file.record_count} rows, the batch wrote {new.records}"
             )
         return data_file
-
-    def _expected_properties(self, change: TableCommit) -> dict[str, str | None]:
-        expected: dict[str, str | None] = {}
-        for tp, mark in change.expected.items():
-            key = mark_key(change.owner.group, tp)
-            for name in _MARKS:
-                value = getattr(mark, name)
-                expected[f"{key}/{name}"] = None if value is None else str(value)
-        return expected
-
-    def _new_properties(self, change: TableCommit) -> dict[str, str]:
-        """The marks the commit leaves, and the record of the batch for each partition whose head it moves."""
-        properties: dict[str, str] = {}
-        for tp, mark in change.marks().items():
-            key = mark_key(change.owner.group, tp)
-            for name in _MARKS:
-                value = getattr(mark, name)
-                if value is not None:
-                    properties[f"{key}/{name}"] = str(value)
-        if change.batch is not None:
-            for tp in change.heads:
-                record = BatchRecord(change.batch.run_id, change.batch.for_partition(tp))
-                properties[mark_key(change.owner.group, tp) + _LAST] = _json(record.to_json())
-        return properties
-
-    def _check_files_exist(self, adds: Sequence[NewFile]) -> None:
-        """Refuse a batch whose files are not all under the root with the sizes it wrote (before any commit)."""
-        if not adds:
-            return
-        for new in adds:
-            if parse_data_path(new.path, new.records) is None:
-                raise ValueError(f"{new.path} is not a data file path of Cohort's layout (data/topic=.../...)")
-        filesystem, base = pafs.FileSystem.from_uri(self.root)
-        infos = filesystem.get_file_info([f"{base}/{new.path}" for new in adds])
-        for new, info in zip(adds, infos, strict=True):
-            if info.type != pafs.FileType.File:
-                raise FileNotFoundError(f"{new.path} does not exist under {self.root}: the batch's file is missing")
-            if info.size != new.size:
-                raise ValueError(f"{new.path} under {self.root} is {info.size} bytes, the batch wrote {new.size}")
 
     # -- the catalog --------------------------------------------------------------------------------------------
 
@@ -411,101 +363,19 @@ class IcebergTableStore:
                     self.identifier, schema=schema, location=self.root, properties=properties
                 )
             except (UnsupportedPyArrowTypeException, TypeError) as error:
-                raise TableSchemaError(f"{self}: cannot create the table: {_first_line(error)}") from None
+                raise TableSchemaError(f"{self}: cannot create the table: {first_line(error)}") from None
+
+    def _relative(self, location: str) -> str | None:
+        """`location` relative to the table's root, None when it lies outside it."""
+        return relative_path(self.root, location)
 
     def _live_files(self, table: Table) -> Iterator[tuple[DataFile, IcebergFile]]:
         """The data files of the table's current snapshot that follow Cohort's layout under the root."""
-        for entry, relative, added_ms in self._entries(table):
-            data = entry.data_file
-            ours = None
-            if relative is not None:
-                ours = parse_data_path(relative, data.record_count, size=data.file_size_in_bytes, added_ms=added_ms)
-            if ours is not None:
-                yield ours, data
+        return live_files(table, self.root)
 
-    def _entries(self, table: Table) -> Iterator[tuple[Any, str | None, int | None]]:
-        """The live data entries of the current snapshot: the entry, its path relative to the root (None outside
-        it), and when the snapshot that added it was made (None when the table no longer keeps that snapshot)."""
-        snapshot = table.current_snapshot()
-        if snapshot is None:
-            return
-        made = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
-        for manifest in snapshot.manifests(table.io):
-            if manifest.content != ManifestContent.DATA:
-                continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                added = None if entry.snapshot_id is None else made.get(entry.snapshot_id)
-                yield entry, self._relative(entry.data_file.file_path), added
-
-    def _relative(self, location: str) -> str | None:
-        path, root = _without_file_scheme(location), _without_file_scheme(self.root)
-        return path[len(root) + 1 :] if path.startswith(root + "/") else None
-
-    @contextmanager
-    def _catalog_errors(self) -> Iterator[None]:
+    def _catalog_errors(self) -> AbstractContextManager[None]:
         """Database errors as one short line naming the table, never the catalog URL (it may hold a password)."""
-        try:
-            yield
-        except SQLAlchemyError as error:
-            reason = _first_line(getattr(error, "orig", None) or error)
-            for secret in (self._catalog_url, _password(self._catalog_url)):
-                if secret:
-                    reason = reason.replace(secret, "***")
-            raise RuntimeError(f"{self}: the Iceberg catalog failed: {reason}") from None
-
-
-def _read_mark(properties: Mapping[str, str], key: str) -> PartitionMark:
-    return PartitionMark(*(_number(properties, f"{key}/{name}") for name in _MARKS))
-
-
-def _number(properties: Mapping[str, str], key: str) -> int | None:
-    value = properties.get(key)
-    if value is None:
-        return None
-    if not (value.isascii() and value.isdigit()):
-        raise ValueError(f"table property {key} is {value!r}, not an offset or generation")
-    return int(value)
-
-
-def _last_batch(properties: Mapping[str, str], key: str, tp: TopicPartition, head: int) -> BatchRecord | None:
-    """The batch record kept for `tp`, if the range it recorded last for `tp` ends at `head`."""
-    try:
-        record = BatchRecord.from_json(json.loads(properties.get(key + _LAST, "null")))
-    except ValueError:
-        return None
-    ranges = () if record is None else record.for_partition(tp)
-    return record if ranges and ranges[-1].until_offset == head else None
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _first_line(error: object) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def _mismatch(error: ValueError) -> str:
-    """pyiceberg's schema mismatch (a drawn table of every field) cut to the mismatching fields."""
-    rows = [line for line in str(error).splitlines() if "\u274c" in line]
-    if not rows:
-        return _first_line(error)
-    cells = [[c.strip() for c in row.replace("\u274c", "").split("\u2502") if c.strip()] for row in rows]
-    return "; ".join(" in the table, ".join(c) + " in the file" for c in cells)
-
-
-def _without_file_scheme(location: str) -> str:
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    return location[len("file:") :] if location.startswith("file:/") else location
-
-
-def _password(url: str) -> str | None:
-    try:
-        return make_url(url).password
-    except ArgumentError:
-        return None
+        return catalog_errors(str(self), self._catalog_url)
 
 
 def referenced_data_paths(store: IcebergTableStore) -> tuple[list[str], Iterator[str]]:
@@ -516,23 +386,4 @@ def referenced_data_paths(store: IcebergTableStore) -> tuple[list[str], Iterator
     table = store._load()
     if table is None:
         return [], iter(())
-    seen: set[str] = set()
-
-    def paths(snapshot: Any) -> Iterator[str]:
-        for manifest in snapshot.manifests(table.io):
-            if manifest.content != ManifestContent.DATA or manifest.manifest_path in seen:
-                continue
-            seen.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                relative = store._relative(entry.data_file.file_path)
-                if relative is not None:
-                    yield relative
-
-    current = table.current_snapshot()
-    listed = list(paths(current)) if current is not None else []
-    others = sorted(
-        (s for s in table.metadata.snapshots if current is None or s.snapshot_id != current.snapshot_id),
-        key=lambda s: s.timestamp_ms,
-        reverse=True,
-    )
-    return listed, (path for snapshot in others for path in paths(snapshot))
+    return referenced_paths(table, store.root)
