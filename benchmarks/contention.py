@@ -4,8 +4,8 @@ Usage:
     python -m benchmarks.contention [--processes 8] [--steps 1000] [--no-postgres]
 
 Each spawned process runs members through join / sync / heartbeat / commit / leave cycles, one raw
-coordinator call per step (tests/reliability/contention_worker.py); afterwards the store is checked
-against everything the processes saw accepted (tests/reliability/contention_checks.py: every commit in the
+coordinator call per step (harness/reliability/contention_worker.py); afterwards the store is checked
+against everything the processes saw accepted (harness/reliability/contention_checks.py: every commit in the
 ledger exactly once, admissions and leaves recorded once, consecutive generations, the group version
 between accepted writes and calls, no double ownership). A failed check raises.
 
@@ -26,18 +26,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.contention_checks import verify
-from tests.reliability.contention_worker import run_contention
+from harness.reliability.contention_checks import verify
+from harness.reliability.contention_worker import run_contention
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
 def postgres() -> Iterator[str | None]:
-    """A throwaway PostgreSQL server (tests/support/postgres.py); None if it cannot be started."""
+    """A throwaway PostgreSQL server (harness/postgres.py); None if it cannot be started."""
     root = Path(tempfile.mkdtemp(prefix="cohort-bench-pg-"))
     try:
-        from tests.support.postgres import PostgresServer
+        from harness.postgres import PostgresServer
 
         server = PostgresServer(root)
         server.start()

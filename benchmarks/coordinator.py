@@ -197,9 +197,9 @@ def commits(url: str, batches: int = 200, batch: int = 100, singles: int = 1000)
 
 @contextmanager
 def postgres() -> Iterator[str | None]:
-    """A throwaway PostgreSQL server (tests/support/postgres.py); None if it cannot be started."""
+    """A throwaway PostgreSQL server (harness/postgres.py); None if it cannot be started."""
     try:
-        from tests.support.postgres import PostgresServer
+        from harness.postgres import PostgresServer
 
         root = Path(tempfile.mkdtemp(prefix="cohort-bench-pg-"))
         server = PostgresServer(root)

@@ -1,6 +1,6 @@
 """Record formats: the same records as JSON and as Schema Registry Avro through the same pipeline, in one run.
 
-On the embedded Tansu broker, with a Schema Registry (tests/support/schema_registry.py's HTTP server, on
+On the embedded Tansu broker, with a Schema Registry (harness/schema_registry.py's HTTP server, on
 loopback): produce N records of the same logical content twice, over 8 partitions (batched), as JSON to one
 topic and as Confluent-framed Avro to another. The record has 8 fields: long, string, double, string, long,
 int, a nullable union `["null", "double"]` (null one record in 7) and a boolean. The Avro values are what
@@ -72,7 +72,7 @@ from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.formats.registry import RegistryConnection
 from cohort.pipelines.tasks.reader import READER_DEFAULTS, RECORD_SCHEMA
-from tests.support.schema_registry import SchemaRegistryServer
+from harness.schema_registry import SchemaRegistryServer
 
 JSON_TOPIC = "bench-formats-json"
 AVRO_TOPIC = "bench-formats-avro"

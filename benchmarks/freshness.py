@@ -6,7 +6,7 @@ only in their Spark:
 
 - **cold**: `SparkResource()`, a local Spark (a JVM) started by each run and ended with it;
 - **warm**: `SparkResource(master=None, remote=...)`, a Spark Connect server started once for the whole benchmark
-  (tests/support/spark_connect.py: PySpark's own distribution, local[2]), which every run connects to; each run
+  (harness/spark_connect.py: PySpark's own distribution, local[2]), which every run connects to; each run
   opens a Spark Connect session and releases it at its end, as the resource does;
 - **kept** (only with `--modes`, a prototype): the same server, but every run of the slot attaches to one
   server-side session (`;session_id=` in the URL) and leaves it open at its end (the client's
@@ -85,7 +85,7 @@ from benchmarks.pipeline import tree_cpu
 from cohort.assignment.coordinator import Coordinator
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
-from tests.support.spark_connect import REPOSITORY, SparkConnectServer, _clean_env
+from harness.spark_connect import REPOSITORY, SparkConnectServer, clean_env
 
 MODES = ("cold", "warm", "kept")
 TARGET_S = 5.0
@@ -336,7 +336,7 @@ def main() -> None:
         server_pid = server._process.pid
         coordinator = Coordinator.from_url(store_url)
         produced = dict.fromkeys(modes, 0)
-        env = _clean_env(DAGSTER_HOME=str(home), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        env = clean_env(DAGSTER_HOME=str(home), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
 
         def run(mode: str, label: str) -> Run:
             job = jobs[mode]

@@ -2,7 +2,7 @@
 
 A group scheduled every minute commits ~500k ranges per partition a year. For each N (batches per partition) and
 P (partitions), on the embedded Tansu broker, a SQLite store and a Dagster instance (in memory by default), the
-history is fast-forwarded (tests/support/history.py: the ledger through the coordinator's commit decision, the
+history is fast-forwarded (harness/history.py: the ledger through the coordinator's commit decision, the
 worker-built materializations in bulk, a Parquet range directory per range, P * N records produced and the heads
 mirrored to Kafka), then measured, `--repeats` times each (medians):
 
@@ -76,7 +76,7 @@ from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource
 from cohort.resources.group import CohortGroupResource
-from tests.support.history import HistorySpec, fast_forward, mirror_heads
+from harness.history import HistorySpec, fast_forward, mirror_heads
 
 GROUP = "bench-history"
 LONG_S = 30.0  # a measurement slower than this is not timed again

@@ -6,17 +6,17 @@ Usage:
     python -m benchmarks.reliability [--sinks parquet,delta,iceberg] [--points after-join,mid-read]
         [--assignors sticky] [--sigkill-only] [--write]
 
-Each scenario (tests/reliability/faults.py) kills a real worker run's process group (SIGKILL, Spark JVM
+Each scenario (harness/reliability/faults.py) kills a real worker run's process group (SIGKILL, Spark JVM
 included) at one point, recovers through the membership sensor (a ManualClock skips the session timeout)
 and audits the sink, the quarantine, the ledger, Kafka's committed offsets and the materializations, then
 runs `cohort audit` on the group. `--sinks` picks the sink formats (default: parquet only): a Parquet
 scenario dies at each of POINTS, a Delta Lake or Iceberg one at each of TABLE_POINTS
-(tests/reliability/fault_points.py), and its tables are read with the format's own reader and DuckDB.
+(harness/reliability/fault_points.py), and its tables are read with the format's own reader and DuckDB.
 The script prints the markdown tables and, last, one JSON object; `--write` rewrites the sections of
 benchmarks/RELIABILITY.md it ran (the Parquet matrix and the other faults; the table sinks' matrix) with the
 tables and the exact command, and keeps the others. It exits non-zero when any scenario lost or duplicated a
 record or left an audit problem. The other faults (run with the Parquet sink) are
-tests/reliability/zombie_scenarios.py and broker_scenarios.py, the same scenarios test_zombies.py and
+harness/reliability/zombie_scenarios.py and broker_scenarios.py, the same scenarios test_zombies.py and
 test_broker_faults.py assert on.
 """
 
@@ -38,8 +38,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from benchmarks.soak import SECTION as SOAK_SECTION
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.pipelines.spark import build_session
-from tests.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario
-from tests.reliability.faults import (
+from harness.reliability.broker_scenarios import run_broker_down_scenario, run_wrong_bootstrap_scenario
+from harness.reliability.faults import (
     ASSIGNORS,
     POINTS,
     SINK_FORMATS,
@@ -48,8 +48,8 @@ from tests.reliability.faults import (
     points_for,
     run_fault_scenario,
 )
-from tests.reliability.outcome import FaultOutcome
-from tests.reliability.zombie_scenarios import run_zombie_scenario
+from harness.reliability.outcome import FaultOutcome
+from harness.reliability.zombie_scenarios import run_zombie_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,7 +250,7 @@ victim (slot 1) runs in its own process group with its own Spark JVM and joins f
 joins the same generation, so the assignor (`sticky` is eager, `cooperative-sticky` cooperative) splits the
 partitions 2 + 2, and waits at a gate before its batch. The victim SIGKILLs its whole process group (the
 Spark JVM and, for the mid-read point, the executor's Python worker too) at the point of the row, from a
-test-side wrapper of the real function at that boundary (tests/reliability/fault_worker.py):
+test-side wrapper of the real function at that boundary (harness/reliability/fault_worker.py):
 
 | point | boundary wrapped in the victim |
 |---|---|

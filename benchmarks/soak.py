@@ -66,8 +66,8 @@ from cohort.devtools.embedded_broker import free_port
 from cohort.devtools.topics import create_topic
 from cohort.devtools.ui import sample_event, stop_process_group
 from cohort.pipelines.kafka.client import watermarks
-from tests.reliability.broker_proxy import FaultProxy, broker_behind_proxy
-from tests.support.postgres import PostgresServer
+from harness.postgres import PostgresServer
+from harness.reliability.broker_proxy import FaultProxy, broker_behind_proxy
 
 __all__ = ["SoakPlan", "SoakReport", "main", "run_soak"]
 
@@ -577,7 +577,7 @@ def run_soak(plan: SoakPlan, workdir: Path) -> SoakReport:
     """Run the whole soak under `workdir` and return its report."""
     from cohort.pipelines.spark import build_session
     from cohort.resources.kafka import KafkaResource
-    from tests.reliability.outcome import audit_delivery
+    from harness.reliability.outcome import audit_delivery
 
     rng = random.Random(plan.seed)
     started = datetime.now(UTC)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.postgres import PostgresServer
+from harness.postgres import PostgresServer
 
 _topic_counter = itertools.count()
 
@@ -85,8 +85,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def registry() -> Iterator[Any]:
-    """A fresh Schema Registry HTTP server per test (tests.support.schema_registry), stopped afterwards."""
-    from tests.support.schema_registry import SchemaRegistryServer
+    """A fresh Schema Registry HTTP server per test (harness.schema_registry), stopped afterwards."""
+    from harness.schema_registry import SchemaRegistryServer
 
     with SchemaRegistryServer() as server:
         yield server

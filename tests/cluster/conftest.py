@@ -1,5 +1,5 @@
 """The Spark standalone cluster of the cluster tests: one master and two workers (1 core, 1 GB each), shared by
-the package's tests, stopped (every JVM killed) when they are done. tests/support/spark_cluster.py starts it."""
+the package's tests, stopped (every JVM killed) when they are done. harness/spark_cluster.py starts it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.spark_cluster import SparkStandaloneCluster
+from harness.spark_cluster import SparkStandaloneCluster
 
 
 @pytest.fixture(scope="package")

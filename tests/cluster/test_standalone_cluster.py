@@ -22,9 +22,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from cohort.pipelines.tasks import EXECUTOR_MODULES
+from harness.spark_cluster import SparkStandaloneCluster
 from tests.cluster.batch_on_cluster import BATCH_GROUP, PROBE_GROUP
 from tests.pipeline.conftest import order
-from tests.support.spark_cluster import SparkStandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4

@@ -1,6 +1,6 @@
 """The Spark Connect server of the Connect tests (local[2], PySpark's distribution) and the client process that
 holds the remote session, both shared by the package's tests and stopped when they are done (every JVM and
-Python worker of the server ended). tests/support/spark_connect.py starts them.
+Python worker of the server ended). harness/spark_connect.py starts them.
 
 The client runs in a process of its own: PySpark refuses a remote session in a process with a classic one, and
 the tests compare with batches on the classic `spark` fixture (tests/conftest.py).
@@ -14,7 +14,7 @@ import pytest
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.protocol.group_state import GroupConfig
-from tests.support.spark_connect import ConnectClient, SparkConnectServer
+from harness.spark_connect import ConnectClient, SparkConnectServer
 
 
 @pytest.fixture(scope="package")

@@ -26,9 +26,9 @@ from cohort.pipelines.sink.layout import SinkError
 from cohort.pipelines.spark import is_connect, parallelism
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tasks.reader import read_stats_accumulator
+from harness.spark_connect import ConnectClient
+from harness.tables import duckdb_offsets, table_arrow, table_offsets
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
-from tests.support.spark_connect import ConnectClient
-from tests.support.tables import duckdb_offsets, table_arrow, table_offsets
 
 
 def spec_for(root: Path | str, **kwargs: Any) -> PipelineSpec:

@@ -11,10 +11,10 @@ import pytest
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
 from cohort.pipelines.formats.registry import RegistryUnavailableError
+from harness.schema_registry import SchemaRegistryServer
+from harness.spark_connect import ConnectClient
 from tests.connect.test_connect_batch import batch_over_connect
 from tests.pipeline.test_registry_refusals import avro_orders, spec_for
-from tests.support.schema_registry import SchemaRegistryServer
-from tests.support.spark_connect import ConnectClient
 
 
 def test_a_registry_refusal_in_a_reading_task_reaches_the_client_by_its_cause(

@@ -26,8 +26,8 @@ from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
-from tests.dagster.support import Setup, config_for, instance_for, json_records
-from tests.support.spark_connect import REPOSITORY, SparkConnectServer, _clean_env
+from harness.dagster_group import Setup, config_for, instance_for, json_records
+from harness.spark_connect import REPOSITORY, SparkConnectServer, clean_env
 
 T = DagsterCohortTranslator()
 RUN_TIMEOUT_S = 240.0
@@ -126,7 +126,7 @@ def _run(setup_json: str, remote: str, report_path: str) -> int:
 
 def run_worker_process(setup: Setup, remote: str, report: Path, log: Path) -> dict[str, Any]:
     """One run of the worker job in a process of its own; its report (the process's log on failure)."""
-    env = _clean_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = clean_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env["DAGSTER_HOME"] = setup.dagster_home
     with log.open("ab") as out:
         done = subprocess.run(

@@ -9,7 +9,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from tests.dagster.support import Setup, instance_for
+from harness.dagster_group import Setup, instance_for
 
 _groups = itertools.count()
 

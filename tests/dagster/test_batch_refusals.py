@@ -1,7 +1,7 @@
 """A batch refused before its commit, seen from Dagster: the worker job's step fails with Cohort's error (its
 cause on the first line: the quarantine limit, a registry URL that is wrong), nothing is materialized and the
 group's offsets stay where they were. Real broker, Spark, coordinator store and Dagster instance; the registry
-is the test registry over HTTP (tests.support.schema_registry)."""
+is the test registry over HTTP (harness.schema_registry)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
 from cohort.resources import KafkaResource, SchemaRegistryResource, SparkResource
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
+from harness.schema_registry import SchemaRegistryServer
 from tests.pipeline.test_registry_refusals import avro_orders
 from tests.support.order_schemas import ORDER_V1
-from tests.support.schema_registry import SchemaRegistryServer
 
 T = DagsterCohortTranslator()
 

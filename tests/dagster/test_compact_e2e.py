@@ -14,7 +14,7 @@ from cohort.assets.replay import REPLAY_TAG
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
 from tests.dagster.test_replay_kafka import COHORT, audit
 from tests.dagster.test_worker import _checks
 

@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 
 from cohort.assets.translator import DagsterCohortTranslator
-from tests.dagster.support import config_for, definitions_for
+from harness.dagster_group import config_for, definitions_for
 
 T = DagsterCohortTranslator()
 

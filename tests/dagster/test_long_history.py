@@ -1,4 +1,4 @@
-"""A group with a long history: more than 10,000 batches of one partition, fast-forwarded (tests/support/history.py).
+"""A group with a long history: more than 10,000 batches of one partition, fast-forwarded (harness/history.py).
 
 Every batch run starts by reporting the ranges no run reported (`unreported_materializations`) and ends with the
 offsets check; both must still hold after years of minute-by-minute batches: nothing re-reported, the check
@@ -25,7 +25,7 @@ from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource
 from cohort.resources.group import CohortGroupResource
-from tests.support.history import HistorySpec, Membership, fast_forward, mirror_heads, run_events, step_event
+from harness.history import HistorySpec, Membership, fast_forward, mirror_heads, run_events, step_event
 
 BATCHES = 10_050  # more materializations of the partition than one Dagster query returns (10,000)
 GROUP = "long-history"

@@ -16,7 +16,7 @@ from cohort.assets.worker import worker_run_config
 from cohort.assignment.clock import ManualClock
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.types import TopicPartition
-from tests.dagster.support import (
+from harness.dagster_group import (
     config_for,
     definitions_for,
     json_records,

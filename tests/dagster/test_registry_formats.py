@@ -1,6 +1,6 @@
 """Avro records landed through Dagster: the worker job with a `SchemaRegistryResource` (basic auth, the password
 from the environment through `dg.EnvVar`), real broker (librdkafka's default batching), real Spark, real
-coordinator store, and a registry HTTP server (tests.support.schema_registry; no JVM registry exists here)."""
+coordinator store, and a registry HTTP server (harness.schema_registry; no JVM registry exists here)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SchemaRegistryResource, SparkResource
 from cohort.resources.group import CohortGroupResource
-from tests.dagster.support import Setup
+from harness.dagster_group import Setup
+from harness.schema_registry import SchemaRegistryServer
 from tests.support.order_schemas import ORDER_V1, ORDER_V2
-from tests.support.schema_registry import SchemaRegistryServer
 
 T = DagsterCohortTranslator()
 PASSWORD = "registry-secret-7f3a"

@@ -21,7 +21,7 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.kafka.mirror import kafka_committed
-from tests.dagster.support import Setup, config_for, definitions_for, json_records
+from harness.dagster_group import Setup, config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
 COHORT = str(Path(sys.executable).with_name("cohort"))

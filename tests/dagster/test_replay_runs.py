@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from cohort.assets.replay import REPLAY_TAG
 from cohort.assets.translator import CHECK_CONTIGUOUS, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
 

@@ -11,7 +11,7 @@ from cohort.assets.translator import CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
 from cohort.pipelines.sink.layout import range_dir_name
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
 from tests.dagster.test_worker import _checks
 
 T = DagsterCohortTranslator()

@@ -10,9 +10,9 @@ import pytest
 
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
+from harness.tables import duckdb_offsets, table_offsets
 from tests.dagster.test_worker import _checks, _of
-from tests.support.tables import duckdb_offsets, table_offsets
 
 T = DagsterCohortTranslator()
 

@@ -13,7 +13,7 @@ from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, Da
 from cohort.assets.worker import worker_run_config
 from cohort.assignment.clock import ManualClock
 from cohort.pipelines.sink.layout import range_dir_name
-from tests.dagster.support import config_for, definitions_for, json_records
+from harness.dagster_group import config_for, definitions_for, json_records
 
 T = DagsterCohortTranslator()
 

@@ -12,8 +12,8 @@ from dagster._core.definitions.metadata import MetadataValue
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from harness.dagster_group import ROOT
 from tests.dagster.browser import Page
-from tests.dagster.support import ROOT
 from tests.support.polling import poll
 
 ARTIFACTS = ROOT / "artifacts"

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from cohort.devtools.embedded_broker import free_port
+from harness.spark_cluster import spark_free_env
 from tests.support.doc_blocks import replace_all, titled_blocks
-from tests.support.spark_cluster import spark_free_env
 
 PAGE = "deployment.md"
 DAEMONS = ("master", "worker", "Spark Connect server")

@@ -106,7 +106,8 @@ def clean_env(venv: Path | None = None, **extra: str) -> dict[str, str]:
 def copy_source_tree(target: Path) -> Path:
     """A copy of the working tree (what the wheel is built from), without environments, caches and build
     output, so the build neither writes `build/` or `*.egg-info` into the repository nor reads stale files
-    from them. Everything else is copied, `tests/` and `benchmarks/` included: the wheel must leave them out."""
+    from them. Everything else is copied, `tests/`, `harness/` and `benchmarks/` included: the wheel must leave
+    them out."""
     shutil.copytree(REPO, target, ignore=shutil.ignore_patterns(*_UNCOPIED), symlinks=True)
     return target
 

@@ -34,7 +34,7 @@ MODULE_FILES = {
 }
 """Modules and the repository files an editable install must import them from."""
 
-NOT_TOP_LEVEL = ("assets", "resources", "pipelines", "assignment", "common")
+NOT_TOP_LEVEL = ("assets", "resources", "pipelines", "assignment", "common", "harness")
 
 
 def _build_output() -> set[str]:

@@ -76,6 +76,24 @@ LAYERS = {"cohort": "cohort", "common": "cohort.common", "assignment": "cohort.a
 """Folder -> its import name (pyproject's package-dir)."""
 
 
+UNINSTALLED = ("harness", "tests", "benchmarks", "tools")
+"""Repository folders that are not installed with the product (harness/: the servers and scenario drivers the
+tests and benchmarks share)."""
+
+
+def test_the_product_imports_nothing_that_is_not_installed() -> None:
+    """No file of the product's folders imports the harness, the tests, the benchmarks or the tools, so the
+    package works where only the wheel is installed."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for folder in LAYERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, name in _imports(path)
+        if name.split(".")[0] in UNINSTALLED
+    ]
+    assert not offenders, offenders
+
+
 def _modules() -> dict[str, Path]:
     found = {}
     for folder, package in LAYERS.items():

@@ -11,7 +11,7 @@ from textwrap import dedent
 
 from tests.packaging.support import REPO, clean_env, package_dirs, python_in, run, venv_site_packages
 
-OLD_TOP_LEVELS = ("assets", "resources", "pipelines", "assignment", "common", "tests", "benchmarks", "tools")
+OLD_TOP_LEVELS = ("assets", "resources", "pipelines", "assignment", "common", "tests", "harness", "benchmarks", "tools")
 """Repository folders that must not become top-level packages of the wheel."""
 
 

@@ -18,11 +18,11 @@ from cohort.pipelines.batch.executor_errors import ReadingTaskError
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.sink.layout import SinkError
 from cohort.pipelines.spec import PipelineSpec
+from harness.tables import table_offsets
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 from tests.pipeline.test_audit_cli import cohort_audit
 from tests.pipeline.test_table_sinks import spec_for
 from tests.pipeline.test_transform_shapes import MALFORMED, _offsets, _values
-from tests.support.tables import table_offsets
 
 
 def _sink(root: Path) -> pa.Table:

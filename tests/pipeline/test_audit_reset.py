@@ -21,9 +21,9 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines import KafkaOffsetMirror
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
+from harness.tables import table_offsets
 from tests.pipeline.test_audit_cli import COHORT, cohort_audit
 from tests.pipeline.test_table_sinks import expected, records, spec_for
-from tests.support.tables import table_offsets
 
 
 def _age(directory: Path, seconds: float) -> None:

@@ -13,10 +13,10 @@ import pytest
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
+from harness.tables import table_offsets
 from tests.pipeline.test_audit_cli import cohort_audit, problems
 from tests.pipeline.test_audit_reset import _age
 from tests.pipeline.test_table_sinks import Died, die, expected, forget_history, hook, records, spec_for
-from tests.support.tables import table_offsets
 
 
 def test_files_of_a_rolled_back_iceberg_commit_no_snapshot_references_are_named_and_removed(

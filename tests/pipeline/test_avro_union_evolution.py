@@ -1,5 +1,5 @@
 """Avro unions that evolve between schema versions, end to end: records written by confluent-kafka's
-AvroSerializer under an older version and a newer one of a subject (tests.support.schema_registry), produced to
+AvroSerializer under an older version and a newer one of a subject (harness.schema_registry), produced to
 the real broker, landed by `run_batch` with real Spark into the subject's latest schema. Every older record
 lands: a union widened with a new branch, a plain type turned into a union, a union reordered, an int branch
 read into a long one."""
@@ -18,7 +18,7 @@ from cohort.assignment.coordinator import StandaloneLedger
 from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
 from cohort.pipelines.formats.registry import RegistryConnection
-from tests.support.schema_registry import SchemaRegistryServer
+from harness.schema_registry import SchemaRegistryServer
 
 OLDER = {
     "type": "record",

@@ -15,8 +15,8 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.sink.quarantine_limit import QuarantineLimitError
 from cohort.pipelines.spec import PipelineSpec
+from harness.tables import table_offsets
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
-from tests.support.tables import table_offsets
 
 
 def files_under(root: Path) -> list[str]:

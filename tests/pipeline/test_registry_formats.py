@@ -1,6 +1,6 @@
 """Schema Registry formats, decoded the way a reading task decodes them: raw Kafka batches through the spec's
 checker, the values written by confluent-kafka's own Avro, Protobuf and JSON Schema serializers (the real
-framing) against a registry HTTP server (tests.support.schema_registry: decoding runs in Spark's worker
+framing) against a registry HTTP server (harness.schema_registry: decoding runs in Spark's worker
 processes, which confluent-kafka's in-process mock registry cannot serve)."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from cohort.pipelines.formats.decode import REASON_COLUMN
 from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.formats.registry import RegistryConnection, RegistryError, RegistryUnavailableError
 from cohort.pipelines.tasks.reader import RECORD_SCHEMA
+from harness.schema_registry import SchemaRegistryServer
 from tests.support.order_schemas import ORDER_V1, ORDER_V2
-from tests.support.schema_registry import SchemaRegistryServer
 
 TOPIC = "orders"
 V1, V2 = ORDER_V1, ORDER_V2  # v2: `note` removed, `amount` widened to double, `currency` added with a default

@@ -19,9 +19,9 @@ from cohort.pipelines.batch.executor_errors import ReadingTaskError, executor_er
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.formats.registry import RegistryConnection, RegistryUnavailableError
 from cohort.pipelines.spec import PipelineSpec
+from harness.schema_registry import SchemaRegistryServer
 from tests.support.http_answers import UNAVAILABLE_PAGE, FixedAnswerServer
 from tests.support.order_schemas import ORDER_V1
-from tests.support.schema_registry import SchemaRegistryServer
 
 
 def avro_orders(registry: SchemaRegistryServer, topic: str, count: int) -> list[tuple[int, None, bytes]]:

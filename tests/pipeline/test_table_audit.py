@@ -11,9 +11,9 @@ import pytest
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
+from harness.tables import table_offsets
 from tests.pipeline.test_audit_cli import cohort_audit, problems, tree
 from tests.pipeline.test_table_sinks import Died, die, expected, hook, records, spec_for
-from tests.support.tables import table_offsets
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])

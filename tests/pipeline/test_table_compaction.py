@@ -20,10 +20,10 @@ from cohort.pipelines.tables.batch import open_tables
 from cohort.pipelines.tables.compaction import COMPACT_ATTEMPT, plan_merges
 from cohort.pipelines.tables.retention import TableRetention
 from cohort.pipelines.tables.store import BatchRecord, DataFile, Owner, PartitionMark, TableCommit, TableConflictError
+from harness.tables import table_offsets
 from tests.pipeline.conftest import order
 from tests.pipeline.test_audit_cli import cohort_audit, problems
 from tests.pipeline.test_table_sinks import expected, records, spec_for
-from tests.support.tables import table_offsets
 
 RETENTION = TableRetention(keep_s=0, min_versions=3, history_s=0, every_commits=2, compact_files=3)
 """A clean-up every other commit, merging runs of 3 or more small files as soon as they are committed."""

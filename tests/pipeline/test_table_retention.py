@@ -14,9 +14,9 @@ from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables.files import data_files_on_disk
 from cohort.pipelines.tables.retention import TableRetention
+from harness.tables import table_offsets
 from tests.pipeline.test_audit_cli import cohort_audit
 from tests.pipeline.test_table_sinks import expected, records, spec_for
-from tests.support.tables import table_offsets
 
 RETENTION = TableRetention(keep_s=0, min_versions=3, history_s=0, every_commits=2)
 """Every version past the newest 3 expires at once, the log too: a clean-up every other commit."""

@@ -24,8 +24,8 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair
 from cohort.pipelines.tables.store import TableCommit, TableConflictError, TableStore
+from harness.tables import duckdb_offsets, table_arrow, table_offsets
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order
-from tests.support.tables import duckdb_offsets, table_arrow, table_offsets
 
 FORMATS = pytest.mark.parametrize("table_format", ["delta", "iceberg"])
 

@@ -16,10 +16,10 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import CountMismatchError
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
+from harness.tables import table_offsets
 from tests.pipeline.conftest import ORDER_SCHEMA, Order, order, range_dirs
 from tests.pipeline.test_audit_cli import cohort_audit
 from tests.pipeline.test_table_sinks import spec_for
-from tests.support.tables import table_offsets
 
 MALFORMED = {4, 13}
 

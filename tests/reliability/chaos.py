@@ -37,8 +37,8 @@ from cohort.assignment.store.memory import MemoryGroupStore
 from cohort.assignment.store.sql import SqlGroupStore
 from cohort.assignment.views import GroupDescription
 from cohort.common.types import OffsetRange, TopicPartition
+from harness.reliability.chaos_members import Phase, SimMember, Status
 from tests.reliability.chaos_invariants import InvariantChecker, InvariantViolation, Snapshot
-from tests.reliability.chaos_members import Phase, SimMember, Status
 
 __all__ = ["GROUP", "Simulation", "SimulationReport", "main", "simulate"]
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from tests.reliability.broker_scenarios import (
+from harness.reliability.broker_scenarios import (
     READ_TIMEOUT_S,
     BrokerFaultObservation,
     broker_down_scenario,

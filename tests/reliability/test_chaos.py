@@ -19,9 +19,9 @@ from cohort.assignment.protocol.group_state import GroupConfig, GroupState
 from cohort.assignment.protocol.messages import JoinRequest
 from cohort.assignment.store.memory import MemoryGroupStore
 from cohort.common.types import TopicPartition
+from harness.reliability.chaos_members import Phase, SimMember
 from tests.reliability.chaos import Simulation, SimulationReport, main, simulate
 from tests.reliability.chaos_invariants import InvariantViolation, Snapshot
-from tests.reliability.chaos_members import Phase, SimMember
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from tests.reliability.contention_checks import verify
-from tests.reliability.contention_worker import run_contention
+from harness.reliability.contention_checks import verify
+from harness.reliability.contention_worker import run_contention
 
 PROCESSES = 8
 STEPS = 1000  # per process: the full 8 x 1,000 (about 30 s per backend on this shared 2-core host)

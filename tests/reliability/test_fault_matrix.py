@@ -4,7 +4,7 @@ A worker run (its process group: the Dagster run, its Spark JVM and, mid-read, t
 worker) is killed with SIGKILL at each point of a batch; recovery goes through the membership sensor
 (ManualClock past the session timeout) and the requested rerun; the audit then demands: nothing lost,
 nothing written twice, every partition's ledger contiguous up to the produced count, Kafka's committed
-offsets = ledger = materializations. See `tests.reliability.faults` for one scenario step by step.
+offsets = ledger = materializations. See `harness.reliability.faults` for one scenario step by step.
 
 Runtime budget: each scenario starts a victim process (and, past the join, its own Spark JVM), so the 14
 scenarios do not fit CI's budget on this 2-core machine. Here every point runs under one assignor and the
@@ -36,8 +36,8 @@ from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource
-from tests.dagster.support import VALUE_SCHEMA, Setup, config_for, definitions_for, instance_for, json_records
-from tests.reliability.faults import ASSIGNORS, PARTITIONS, POINTS, RECORDS, FaultReport, run_fault_scenario
+from harness.dagster_group import VALUE_SCHEMA, Setup, config_for, definitions_for, instance_for, json_records
+from harness.reliability.faults import ASSIGNORS, PARTITIONS, POINTS, RECORDS, FaultReport, run_fault_scenario
 
 T = DagsterCohortTranslator()
 

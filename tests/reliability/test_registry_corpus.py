@@ -26,6 +26,7 @@ from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.formats.registry import RegistryConnection, RegistryUnavailableError
 from cohort.pipelines.spec import PipelineSpec
+from harness.schema_registry import SchemaRegistryServer
 from tests.reliability.corpus_records import Quarantined, Sink
 from tests.reliability.registry_corpus import (
     AVRO_V2,
@@ -36,7 +37,6 @@ from tests.reliability.registry_corpus import (
     build_corpus,
     schema_id_of,
 )
-from tests.support.schema_registry import SchemaRegistryServer
 
 PARTITIONS = 3
 Placed = dict[tuple[int, int], RegistryCase]

@@ -1,9 +1,9 @@
 """The SIGKILL fault-injection matrix for the table sinks (Delta Lake, Iceberg).
 
-The scenario is the Parquet matrix's (tests/reliability/faults.py: a worker run's process group killed with
+The scenario is the Parquet matrix's (harness/reliability/faults.py: a worker run's process group killed with
 SIGKILL, recovery through the membership sensor and the requested rerun) with `PipelineSpec(table_format=...)`
 (Iceberg: the default SQLite catalog under the sink path). A table batch commits the quarantine table, the sink
-table, the ledger, then mirrors to Kafka, so its points are (tests/reliability/fault_points.py, TABLE_POINTS):
+table, the ledger, then mirrors to Kafka, so its points are (harness/reliability/fault_points.py, TABLE_POINTS):
 
 - after-stage: both outputs staged, the victim dies on entry to the quarantine table's commit: nothing is in
   any table or the ledger; the next batch of those partitions reads them again;
@@ -34,7 +34,7 @@ import pytest
 
 from cohort.assets.worker import RERUN_TAG, SLOT_TAG
 from cohort.assignment.types import COOPERATIVE, EAGER
-from tests.reliability.faults import (
+from harness.reliability.faults import (
     ASSIGNORS,
     MALFORMED,
     PARTITIONS,

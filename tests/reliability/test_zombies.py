@@ -21,8 +21,8 @@ from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
-from tests.dagster.support import VALUE_SCHEMA, json_records
-from tests.reliability.zombie_scenarios import zombie_scenario
+from harness.dagster_group import VALUE_SCHEMA, json_records
+from harness.reliability.zombie_scenarios import zombie_scenario
 
 
 def _offsets(spark: Any, path: Path) -> list[tuple[int, int]]:
@@ -78,7 +78,7 @@ def test_a_stale_batch_never_replaces_output_committed_after_it_was_planned(
 
 
 def test_a_worker_paused_past_its_session_is_fenced_when_it_resumes(spark, broker, tmp_path):
-    """End to end (tests/reliability/zombie_scenarios.py): slot 1 is paused with SIGSTOP after reading its
+    """End to end (harness/reliability/zombie_scenarios.py): slot 1 is paused with SIGSTOP after reading its
     batch, the membership sensor (ManualClock past the session timeout) expires it and requests a rerun of
     the slot, the rerun consumes and commits everything, then the zombie resumes with its stale plan. Its
     commit is refused (UNKNOWN_MEMBER_ID: the rerun left the group when it finished), its run fails, and

@@ -19,7 +19,7 @@ NOT_VALUES = ("kafka", "topic", "partition")
 
 
 def connection(server: Any) -> RegistryConnection:
-    """Fast failures against the test registry (tests.support.schema_registry)."""
+    """Fast failures against the test registry (harness.schema_registry)."""
     return RegistryConnection(server.url, max_retries=1, retry_wait_ms=1)
 
 

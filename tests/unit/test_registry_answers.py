@@ -1,7 +1,7 @@
 """What the registry client makes of each answer: only the registry's own "not found" (HTTP 404 with error code
 40401, 40402 or 40403) means a schema or subject is not there; a 404 from a path the registry does not serve
 (a wrong URL), a proxy's HTML page, a 5xx and a 2xx that is not the registry's JSON are errors naming the URL
-and the status, on one line. Against the test registry over HTTP (tests.support.schema_registry) and a plain
+and the status, on one line. Against the test registry over HTTP (harness.schema_registry) and a plain
 HTTP server answering what proxies answer (tests.support.http_answers)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from cohort.pipelines.formats.registry import (
     is_not_found,
     refusal,
 )
+from harness.schema_registry import SchemaRegistryServer
 from tests.support.http_answers import UNAVAILABLE_PAGE, FixedAnswerServer
 from tests.support.order_schemas import ORDER_V1
-from tests.support.schema_registry import SchemaRegistryServer
 
 
 def source(url: str) -> SchemaSource:

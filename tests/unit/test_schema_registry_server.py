@@ -26,7 +26,7 @@ from google.protobuf import (  # type: ignore[import-untyped]
     timestamp_pb2,
 )
 
-from tests.support.schema_registry import RegistryError, SchemaRegistryServer
+from harness.schema_registry import RegistryError, SchemaRegistryServer
 
 TOPIC = "t"
 SUBJECT = "t-value"

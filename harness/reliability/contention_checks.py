@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.protocol.group_state import EventKind, GroupState
 from cohort.assignment.store.sql import SqlGroupStore
-from tests.reliability.contention_worker import CONFIG, GROUP, TOPIC, ProcessResult, partitions
+from harness.reliability.contention_worker import CONFIG, GROUP, TOPIC, ProcessResult, partitions
 
 __all__ = ["verify"]
 

@@ -4,7 +4,7 @@ Each scenario runs one worker slot of a real group through Dagster (in this proc
 Spark session) against a real broker, and returns a `BrokerFaultObservation`; the `run_*` functions
 return its row of benchmarks/RELIABILITY.md (`FaultOutcome`).
 
-- `broker_down_scenario`: a dedicated embedded broker behind a `FaultProxy` (tests/reliability/
+- `broker_down_scenario`: a dedicated embedded broker behind a `FaultProxy` (harness/reliability/
   broker_proxy.py: Tansu is in memory only, so the proxy going down and up stands in for a restart). The
   proxy goes down on the batch's first Fetch (point "read") or first ListOffsets (point "plan"); the run
   must fail with a clear error (a ReadError naming the partition and offset, or the watermark lookup
@@ -27,9 +27,9 @@ import dagster as dg
 
 from cohort.devtools.embedded_broker import free_port
 from cohort.resources import KafkaResource
-from tests.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
-from tests.reliability.broker_proxy import FETCH, LIST_OFFSETS, broker_behind_proxy
-from tests.reliability.outcome import DeliveryAudit, FaultOutcome
+from harness.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
+from harness.reliability.broker_proxy import FETCH, LIST_OFFSETS, broker_behind_proxy
+from harness.reliability.outcome import DeliveryAudit, FaultOutcome
 
 __all__ = [
     "BROKER_DOWN_POINTS",

@@ -25,7 +25,7 @@ from cohort.assignment.errors import CoordinatorError
 from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import OffsetRange, TopicPartition
-from tests.reliability.chaos_members import Phase, SimMember
+from harness.reliability.chaos_members import Phase, SimMember
 
 __all__ = ["CONFIG", "GROUP", "PARTITIONS", "TOPIC", "ProcessResult", "run_contention", "run_process"]
 

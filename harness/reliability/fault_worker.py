@@ -1,7 +1,7 @@
 """The victim of the SIGKILL matrix: one worker slot run through Dagster that SIGKILLs its own process group
 at a chosen point.
 
-`python -m tests.reliability.fault_worker SCENARIO_JSON`, started by `tests.reliability.faults` with
+`python -m harness.reliability.fault_worker SCENARIO_JSON`, started by `harness.reliability.faults` with
 `start_new_session=True`, so the victim's process group holds it and its Spark JVM. The real worker job runs
 through `execute_in_process` against the shared store, broker and Dagster instance; the fault is injected
 here, from the test side, by wrapping the real function at one boundary (see `install`). Right before the
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tests.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, TABLE_POINTS, FaultScenario
+from harness.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, TABLE_POINTS, FaultScenario
 
 __all__ = ["die", "install", "main"]
 
@@ -207,7 +207,7 @@ def main() -> int:
     _start_spark_early(scenario.point)
     from cohort.assets.translator import DagsterCohortTranslator
     from cohort.assets.worker import SLOT_TAG, worker_run_config
-    from tests.reliability.faults import open_instance, scenario_definitions
+    from harness.reliability.faults import open_instance, scenario_definitions
 
     runner = install(scenario.point, scenario.marker)
     defs, config = scenario_definitions(scenario, victim=True, runner=runner)

@@ -1,9 +1,9 @@
-"""A worker slot run in its own process: `python -m tests.dagster.worker_process SETUP_JSON SLOT`."""
+"""A worker slot run in its own process: `python -m harness.dagster_worker SETUP_JSON SLOT`."""
 
 import sys
 
 from cohort.assets.worker import worker_run_config
-from tests.dagster.support import Setup, config_for, definitions_for, instance_for
+from harness.dagster_group import Setup, config_for, definitions_for, instance_for
 
 
 def main() -> int:

@@ -4,7 +4,7 @@
 offset of every partition, 0 .. count-1): records lost, records written twice; then audits the ledger against
 Kafka's committed offsets (and, given a Dagster instance, against the materializations) with
 `cohort.assets.audit.gather_audits`. A Parquet sink is read with Spark; a table sink (Delta Lake, Iceberg) with
-its format's own reader (tests.support.tables), and its sink table counted a second time by DuckDB over the
+its format's own reader (harness.tables), and its sink table counted a second time by DuckDB over the
 table's Arrow data. `FaultOutcome` is one row of benchmarks/RELIABILITY.md.
 """
 
@@ -98,7 +98,7 @@ def sink_offsets(spark: Any, path: str) -> list[tuple[str, int, int]]:
 def table_offsets(spec: PipelineSpec, *, quarantine: bool = False) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row of a table sink's sink (or quarantine) table, read with the
     format's own reader (deltalake, pyiceberg); none if the table does not exist."""
-    from tests.support.tables import table_arrow
+    from harness.tables import table_arrow
 
     table = table_arrow(spec, quarantine=quarantine)
     if table is None or table.num_rows == 0:
@@ -110,10 +110,10 @@ def table_offsets(spec: PipelineSpec, *, quarantine: bool = False) -> list[tuple
 
 def duckdb_table_offsets(spec: PipelineSpec) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row of a table sink's sink table, as DuckDB reads the table's Arrow
-    data (`tests.support.tables.duckdb_offsets`, with the topic)."""
+    data (`harness.tables.duckdb_offsets`, with the topic)."""
     import duckdb
 
-    from tests.support.tables import table_arrow
+    from harness.tables import table_arrow
 
     table = table_arrow(spec)
     if table is None:

@@ -1,5 +1,5 @@
 """The SIGKILL matrix's fault points, assignors, sink formats and scenario description: plain data, no heavy
-imports, so the victim process (`tests.reliability.fault_worker`) can start its Spark JVM before it imports Dagster.
+imports, so the victim process (`harness.reliability.fault_worker`) can start its Spark JVM before it imports Dagster.
 
 `POINTS` are the Parquet sink's; `TABLE_POINTS` those of a table sink (Delta Lake, Iceberg), whose batch commits
 the quarantine table, the sink table, the ledger and Kafka in that order (cohort.pipelines.tables.batch)."""

@@ -1,4 +1,4 @@
-"""A worker slot held inside its batch: `python -m tests.reliability.zombie_worker ARGS_JSON`.
+"""A worker slot held inside its batch: `python -m harness.reliability.zombie_worker ARGS_JSON`.
 
 The real worker job of the group, with a transform (the pipeline's public extension point) whose Spark
 tasks touch `reached` once the batch has read and validated its records, then wait until `gate` exists
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 SPARK_MASTER = "local[2]"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2"}
-"""The Spark resource of the scenarios' Definitions (tests/reliability/broker_harness.py uses them too)."""
+"""The Spark resource of the scenarios' Definitions (harness/reliability/broker_harness.py uses them too)."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ def main() -> int:
     import dagster as dg
 
     from cohort.assets.worker import worker_run_config
-    from tests.dagster.support import Setup
-    from tests.reliability.broker_harness import T, definitions, group_config
+    from harness.dagster_group import Setup
+    from harness.reliability.broker_harness import T, definitions, group_config
 
     args = ZombieArgs(**json.loads(sys.argv[1]))
     setup = Setup.from_json(args.setup)

@@ -4,7 +4,7 @@ One scenario, for a fault point and an assignor:
 
 1. a fresh 4-partition topic with 100 JSON records (two malformed, so the quarantine path is part of it),
    a group of two worker slots on the shared SQLite store and Dagster instance;
-2. the victim (slot 1, `tests.reliability.fault_worker`, its own process group) joins first; the survivor
+2. the victim (slot 1, `harness.reliability.fault_worker`, its own process group) joins first; the survivor
    (slot 2, a real worker run in this process, on a thread) joins the same generation, so the assignor
    splits the partitions 2 + 2; the survivor's batch waits at a gate (a runner wrapper) until recovery;
 3. the victim SIGKILLs its process group at the point; the harness snapshots what it left behind;
@@ -16,7 +16,7 @@ One scenario, for a fault point and an assignor:
 5. the gate opens: the survivor finishes through the rebalance (eager: it commits before rejoining;
    cooperative: it rejoins on its heartbeat thread and commits in the new generation, or, killed before
    sync, it rejoins and gets every partition), then the requested rerun runs in-process;
-6. the audit (`tests.reliability.outcome.audit_delivery`): records lost and duplicated in the sink and
+6. the audit (`harness.reliability.outcome.audit_delivery`): records lost and duplicated in the sink and
    quarantine, ledger contiguous up to the produced count, Kafka's committed offsets = ledger, ledger =
    materializations; then `cohort audit` (`cohort.cli.audit.audit_group`, in-process, Kafka compared), whose
    findings the report keeps.
@@ -61,8 +61,8 @@ from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
 from cohort.resources.group import CohortGroupResource
-from tests.dagster.support import VALUE_SCHEMA, json_records, wait_for
-from tests.reliability.fault_points import (
+from harness.dagster_group import VALUE_SCHEMA, json_records, wait_for
+from harness.reliability.fault_points import (
     ASSIGNORS,
     POINTS,
     SINK_FORMATS,
@@ -75,7 +75,7 @@ from tests.reliability.fault_points import (
     fault_point,
     points_for,
 )
-from tests.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets, table_offsets
+from harness.reliability.outcome import DeliveryAudit, FaultOutcome, audit_delivery, sink_offsets, table_offsets
 
 __all__ = [
     "ASSIGNORS",
@@ -216,7 +216,7 @@ def _start_victim(scenario: FaultScenario, log: Path) -> subprocess.Popen[bytes]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability.fault_worker", scenario.to_json()],
+            [sys.executable, "-m", "harness.reliability.fault_worker", scenario.to_json()],
             cwd=ROOT,
             env=env,
             stdout=out,

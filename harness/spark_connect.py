@@ -47,11 +47,11 @@ from typing import IO, Any
 
 from cohort.devtools.embedded_broker import free_port
 from cohort.pipelines.spark import PYTHON_DAEMON
-from tests.support.spark_cluster import LOOPBACK, spark_free_env, spark_home
+from harness.spark_cluster import LOOPBACK, spark_free_env, spark_home
 
 __all__ = ["ConnectClient", "RemoteError", "SparkConnectError", "SparkConnectServer", "spark_home"]
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 SERVER_CONF = {
@@ -86,7 +86,9 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text[-lines:])
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without what would make a child's Spark attach elsewhere (`spark_free_env`),
+    plus `extra`: the environment of the server, the client and a benchmark's driver processes."""
     return {**spark_free_env(), **extra}
 
 
@@ -147,7 +149,7 @@ class SparkConnectServer:
             *(arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")),
         ]
         pythonpath = os.pathsep.join(p for p in (str(REPOSITORY), os.environ.get("PYTHONPATH", "")) if p)
-        env = _clean_env(
+        env = clean_env(
             SPARK_HOME=str(home),
             SPARK_CONF_DIR=str(self.root / "conf"),
             SPARK_LOCAL_IP=LOOPBACK,
@@ -263,9 +265,9 @@ class ConnectClient:
         started = time.monotonic()
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
-                [self.python, "-m", "tests.support.spark_connect", self.url],
+                [self.python, "-m", "harness.spark_connect", self.url],
                 cwd=REPOSITORY,
-                env=_clean_env(PYSPARK_PYTHON=self.python),
+                env=clean_env(PYSPARK_PYTHON=self.python),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -364,7 +366,7 @@ def _serve(url: str) -> None:
             spark.stop()
 
 
-if __name__ == "__main__":  # run as the module it is, so what it pickles names tests.support.spark_connect
-    from tests.support.spark_connect import _serve as serve
+if __name__ == "__main__":  # run as the module it is, so what it pickles names harness.spark_connect
+    from harness.spark_connect import _serve as serve
 
     serve(sys.argv[1])

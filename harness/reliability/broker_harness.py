@@ -1,7 +1,7 @@
 """Shared harness of the zombie and broker-fault scenarios: one group on a real broker, run through Dagster.
 
 A `FaultGroup` is a fresh topic (produced with JSON events, a few malformed), a group `Setup` (as in
-tests/dagster/support.py, so a worker subprocess rebuilds the same Definitions), the assignor, and the
+harness/dagster_group.py, so a worker subprocess rebuilds the same Definitions), the assignor, and the
 helpers every scenario needs: Definitions for a bootstrap address and a clock, running a worker slot
 in-process, ticking the membership sensor, reading what a run failed with, and snapshots of the ledger,
 Kafka's committed offsets and the sink, so a scenario can prove a faulty run changed none of them.
@@ -26,9 +26,9 @@ from cohort.common.types import TopicPartition
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines.sink.layout import SinkLayout, parse_range_dir
 from cohort.resources import KafkaResource, SparkResource
-from tests.dagster.support import Setup, config_for, json_records
-from tests.reliability.outcome import DeliveryAudit, audit_delivery
-from tests.reliability.zombie_worker import SPARK_CONF, SPARK_MASTER
+from harness.dagster_group import Setup, config_for, json_records
+from harness.reliability.outcome import DeliveryAudit, audit_delivery
+from harness.reliability.zombie_worker import SPARK_CONF, SPARK_MASTER
 
 __all__ = ["FaultGroup", "GroupSnapshot", "error_text", "group_config", "prepare_group", "run_failure_text"]
 
@@ -38,7 +38,7 @@ Transform = Callable[[Any], Any]
 
 
 def group_config(setup: Setup, assignor: str, *, transform: Transform | None = None, **spec: Any) -> CohortConfig:
-    """The group's CohortConfig: tests/dagster/support's, with one assignor and pipeline overrides."""
+    """The group's CohortConfig: harness.dagster_group's, with one assignor and pipeline overrides."""
     config = config_for(setup)
     pipeline = dataclasses.replace(config.pipeline, transform=transform, **spec)
     group = config.group_resource.model_copy(update={"assignors": [assignor]})

@@ -5,7 +5,7 @@ group moved on without it.
 instance, and returns every observation; `run_zombie_scenario` returns the row of
 benchmarks/RELIABILITY.md (`FaultOutcome`).
 
-1. Slot `slot` runs in its own process (tests/reliability/zombie_worker.py): it joins, gets its partitions,
+1. Slot `slot` runs in its own process (harness/reliability/zombie_worker.py): it joins, gets its partitions,
    reads them, and is held by its transform before the sink write.
 2. The harness stops its whole process group (Spark JVM and Python workers too) with SIGSTOP, at a moment
    it holds no write lock on the SQLite store. Its heartbeat thread stops with it.
@@ -35,10 +35,10 @@ import dagster as dg
 
 from cohort.assignment.clock import ManualClock
 from cohort.resources import KafkaResource
-from tests.dagster.support import ROOT, kill_process_group, wait_for
-from tests.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
-from tests.reliability.outcome import DeliveryAudit, FaultOutcome
-from tests.reliability.zombie_worker import ZombieArgs
+from harness.dagster_group import ROOT, kill_process_group, wait_for
+from harness.reliability.broker_harness import FaultGroup, GroupSnapshot, prepare_group, run_failure_text
+from harness.reliability.outcome import DeliveryAudit, FaultOutcome
+from harness.reliability.zombie_worker import ZombieArgs
 
 __all__ = ["FENCING_CODES", "ZombieObservation", "run_zombie_scenario", "zombie_scenario"]
 
@@ -106,7 +106,7 @@ def _start_zombie(group: FaultGroup, slot: int, reached: Path, gate: Path, log: 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability.zombie_worker", args.to_json()],
+            [sys.executable, "-m", "harness.reliability.zombie_worker", args.to_json()],
             cwd=ROOT,
             env=env,
             stdout=out,

@@ -1,5 +1,6 @@
-"""Helpers of the Dagster tests: one group's Definitions built the same way in the test process and in
-worker subprocesses (which are killed with SIGKILL to simulate a lost member)."""
+"""One group run through Dagster, for the Dagster tests and the fault scenarios: its Definitions built the same
+way in the calling process and in worker subprocesses (`harness.dagster_worker`, which the tests kill with SIGKILL
+to simulate a lost member), and the small helpers around them (polling, killing a process group, JSON events)."""
 
 import contextlib
 import json
@@ -23,7 +24,7 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import KafkaResource, SparkResource
 from cohort.resources.group import CohortGroupResource
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 VALUE_SCHEMA = T.StructType([T.StructField("id", T.LongType(), nullable=False), T.StructField("kind", T.StringType())])
 
 
@@ -122,7 +123,7 @@ def start_worker_process(setup: Setup, slot: int, log_path: Path) -> subprocess.
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log_path, "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.dagster.worker_process", setup.to_json(), str(slot)],
+            [sys.executable, "-m", "harness.dagster_worker", setup.to_json(), str(slot)],
             cwd=ROOT,
             env=env,
             stdout=log,
