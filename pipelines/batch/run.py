@@ -4,7 +4,13 @@
 SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partitions and an `OffsetLedger`
 (a `GroupMember`, or a coordinator's standalone ledger).
 
-Guarantees (docs/guarantees.md):
+It is one flow for every sink: the steps where the sinks differ (reconcile before planning, completing an earlier
+commit, what the sink holds for the replay digest, the commit, the clean-up) are those of the spec's
+`table_format`'s `BatchSink` (cohort.pipelines.batch.sink): Parquet directories
+(cohort.pipelines.batch.parquet_sink), or a Delta Lake / Iceberg table pair (cohort.pipelines.tables.sink, whose
+doc says how its table commits replace the publish below).
+
+Guarantees (docs/guarantees.md), told for the Parquet sink:
 
 - each range is read from Kafka once, by a Spark task that also decodes and validates its records
   (cohort.pipelines.tasks.checked, Arrow); the readers count what they consumed (records and bytes per
@@ -51,29 +57,26 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
-from cohort.pipelines.batch.commit import (
-    commit_ranges,
-    commit_ranges_to,
-    complete_committed,
-    mirror_commits,
-    partition_result,
-)
+from cohort.pipelines.batch.commit import commit_ranges, mirror_commits, partition_result
+from cohort.pipelines.batch.parquet_sink import ParquetSink
 from cohort.pipelines.batch.results import BatchResult
-from cohort.pipelines.batch.stage import sink_file_system, stage_outputs, timed
+from cohort.pipelines.batch.sink import BatchSink
+from cohort.pipelines.batch.stage import stage_outputs, timed
 from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.planning.batch_plan import plan_for
 from cohort.pipelines.replay.check import refuse_changed
-from cohort.pipelines.sink.layout import SinkError, SinkLayout, attempt_id
+from cohort.pipelines.sink.layout import SinkError, attempt_id
 from cohort.pipelines.sink.staging_collect import staging_roots, tidy_staging
 from cohort.pipelines.spark import is_connect
 from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tables.sink import TableSink
 from cohort.pipelines.tasks.writer import arrow_filesystem
 
-__all__ = ["connect_problem", "plan_for", "run_batch"]
+__all__ = ["connect_problem", "open_sink", "plan_for", "run_batch"]
 
 
 def connect_problem(spark: Any, spec: PipelineSpec) -> str | None:
@@ -94,6 +97,16 @@ def connect_problem(spark: Any, spec: PipelineSpec) -> str | None:
                 "would resolve it against different working directories; give an absolute path or a URI"
             )
     return None
+
+
+def open_sink(
+    spark: Any, spec: PipelineSpec, ledger: OffsetLedger, group: str | None, attempt: str, stages: dict[str, float]
+) -> BatchSink:
+    """The sink of `spec`'s `table_format` for one attempt: Parquet directories, or a Delta Lake / Iceberg table pair
+    (which needs the group's name: `group`, or the ledger's)."""
+    if spec.table_format == "parquet":
+        return ParquetSink.open(spark, spec, attempt, stages)
+    return TableSink.open(spec, ledger, group, attempt, stages)
 
 
 def run_batch(
@@ -129,69 +142,47 @@ def run_batch(
         QuarantineLimitError: the batch quarantined more than `spec.quarantine_limit` allows.
         CoordinatorError: the ledger refused the commit (fenced, stale generation, non-contiguous); nothing
             was published and the staged output is deleted.
+        TableConflictError: a table sink's partitions were fenced by a newer generation, or diverge
+            (cohort.pipelines.tables.store).
     """
     problem = connect_problem(spark, spec)
     if problem is not None:
         raise SinkError(f"this batch cannot run over Spark Connect: {problem}")
-    if spec.table_format != "parquet":  # Delta Lake or Iceberg: the table commits (cohort.pipelines.tables.batch)
-        from cohort.pipelines.tables.batch import run_table_batch
-
-        return run_table_batch(
-            spark, spec, kafka_config, partitions, ledger,
-            group=group, mirror=mirror, run_id=run_id, new_partitions=new_partitions,
-        )  # fmt: skip
     if (mirror is None) != (group is None):
         raise ValueError("give both `group` and `mirror` to mirror commits to Kafka, or neither")
     run_id = run_id or uuid.uuid4().hex
     attempt = attempt_id(run_id)
     stages: dict[str, float] = {}
+    sink = open_sink(spark, spec, ledger, group, attempt, stages)
     spec = resolve_readers(spec, {tp.topic for tp in partitions})  # registry formats: reader schemas, once
+    adopted = sink.reconcile(ledger, partitions)
     with timed(stages, "plan"):
         plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
-    sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    fs = sink_file_system(spark, sink, quarantine)
-    step: Literal["staging", "committing", "refused", "committed", "published"] = "staging"
+    failed = True
     try:
-        with timed(stages, "publish"):
-            warnings = complete_committed(ledger, plan, sink, quarantine, fs)
-        stats, counts, checks = stage_outputs(spark, spec, kafka_config, plan, fs, attempt, stages, (sink, quarantine))
+        warnings = sink.complete(ledger, plan)
+        held = sink.held(plan)
+        stats, counts, checks = stage_outputs(spark, spec, kafka_config, plan, sink.fs, attempt, stages, held)
         if spec.strict_replay:
             refuse_changed(checks)
         ranges = commit_ranges(plan, counts, checks)
-        to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
-        if ranges:
-            with timed(stages, "commit"):
-                sink.prepare(fs, attempt, to_publish)
-                quarantine.prepare(fs, attempt, to_publish)
-                step = "committing"
-                try:
-                    commit_ranges_to(ledger, ranges, run_id)
-                except Exception:
-                    step = "refused"  # the ledger does not hold it (as far as it can tell)
-                    raise
-            step = "committed"
-        with timed(stages, "publish"):
-            sink_dirs = tuple(sink.publish(fs, attempt, to_publish))
-            quarantine_dirs = tuple(quarantine.publish(fs, attempt, to_publish))
-        step = "published"
+        sink_dirs, quarantine_dirs = sink.commit(spec, ledger, plan, ranges, counts, run_id)
+        failed = False
     finally:
-        # Committed (or perhaps committed) and not published: the staged output waits for the next batch.
-        if step in ("staging", "refused", "published"):
-            sink.discard_staging(fs, attempt)
-            quarantine.discard_staging(fs, attempt)
-    tidy_staging(fs, staging_roots(spec.sink_path, spec.quarantine_root), ledger)
+        sink.clean_up(plan, failed=failed)
+    tidy_staging(sink.fs, staging_roots(spec.sink_path, spec.quarantine_root, spec.table_format), ledger)
     mirror_error = None
     if mirror is not None:
         with timed(stages, "mirror"):
             mirror_error = mirror_commits(plan, ranges, ledger, mirror, group, run_id)
+    results = tuple(partition_result(p, stats, counts, warnings.get(p.tp), checks.get(p.tp)) for p in plan.partitions)
     return BatchResult(
         run_id=run_id,
-        partitions=tuple(
-            partition_result(p, stats, counts, warnings.get(p.tp), checks.get(p.tp)) for p in plan.partitions
-        ),
+        partitions=results,
         committed=tuple(ranges),
         sink_dirs=sink_dirs,
         quarantine_dirs=quarantine_dirs,
         stage_seconds=stages,
         mirror_error=mirror_error,
+        adopted=adopted,
     )

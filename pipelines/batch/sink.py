@@ -1,0 +1,64 @@
+"""The sink behind a batch, `BatchSink`: the steps where the Parquet sink (cohort.pipelines.batch.parquet_sink) and
+the table sinks (Delta Lake, Iceberg: cohort.pipelines.tables.sink) differ; run_batch (cohort.pipelines.batch.run)
+is the one flow around them.
+
+A sink is opened for one batch attempt and remembers how far its commit got, because that decides what its
+clean-up may delete: never output the ledger may hold a commit of.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from cohort.common.ledger import OffsetLedger
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.batch.results import AdoptedRange
+from cohort.pipelines.planning.plan import BatchPlan
+from cohort.pipelines.replay.check import HeldOutput
+from cohort.pipelines.sink.counts import StagedCounts
+from cohort.pipelines.sink.layout import SinkFs
+from cohort.pipelines.spec import PipelineSpec
+
+__all__ = ["BatchSink", "OutputDirs"]
+
+OutputDirs = tuple[tuple[str, ...], tuple[str, ...]]
+"""The directories a batch made visible: the sink's, then the quarantine's."""
+
+
+class BatchSink(Protocol):
+    """One batch attempt's sink, its steps in the order run_batch calls them."""
+
+    @property
+    def fs(self) -> SinkFs:
+        """The file operations the outputs are staged, digested, counted and moved with."""
+        ...
+
+    def reconcile(self, ledger: OffsetLedger, partitions: Sequence[TopicPartition]) -> tuple[AdoptedRange, ...]:
+        """Before planning: bring the sink and the ledger together; the ranges it adopted into the ledger."""
+        ...
+
+    def complete(self, ledger: OffsetLedger, plan: BatchPlan) -> Mapping[TopicPartition, str]:
+        """Make visible what an earlier batch committed and never published; a warning per partition it could not."""
+        ...
+
+    def held(self, plan: BatchPlan) -> tuple[HeldOutput, HeldOutput]:
+        """Where the attempt stages and what the sink, then the quarantine, hold already (the replay digest's view)."""
+        ...
+
+    def commit(
+        self,
+        spec: PipelineSpec,
+        ledger: OffsetLedger,
+        plan: BatchPlan,
+        ranges: Sequence[OffsetRange],
+        counts: Mapping[TopicPartition, StagedCounts],
+        run_id: str,
+    ) -> OutputDirs:
+        """Commit `ranges` to the ledger (the fencing point) and make the staged output visible; `spec` has its
+        reader schemas resolved. A refused commit raises, and nothing is visible."""
+        ...
+
+    def clean_up(self, plan: BatchPlan, *, failed: bool) -> None:
+        """After the batch, `failed` or not: delete what the attempt left that no commit may reference."""
+        ...

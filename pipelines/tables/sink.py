@@ -1,0 +1,361 @@
+"""The table sinks behind a batch (Delta Lake and Apache Iceberg, through their `TableStore` pair): `TableSink`,
+run_batch's `BatchSink` for a spec whose `table_format` is delta or iceberg (cohort.pipelines.batch.sink).
+
+The reading, decoding, validation and counting are those of the Parquet sink: the tasks write both outputs into
+`<table>/_staging/<attempt>/`. What differs is how the output becomes visible:
+
+1. **Reconcile** (cohort.pipelines.tables.batch.reconcile_tables), before planning: the member fences its
+   partitions in both tables with its generation, adopts into the ledger a sink commit the ledger never saw, and
+   rolls back a quarantine commit whose sink commit never landed.
+2. After the counts check, the batch asks the ledger whether it still owns its partitions (an empty commit:
+   fenced like a commit, it records nothing), so a member the coordinator already fenced never reaches a table.
+3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`,
+   invisible to readers until a commit references it. A replay removes the files holding the offsets it re-read
+   (those it cuts are rewritten without them) in the same commit.
+4. The quarantine table commits (when the batch quarantined or replaced something there), then the sink table:
+   each one atomic commit that also moves the partitions' marks with a compare-and-set
+   (cohort.pipelines.tables.store), so a zombie fenced in the table, or a second attempt of a commit that
+   landed, changes nothing.
+5. The ledger commit, then (run_batch) the Kafka mirror. A ledger commit that fails after the sink commit leaves a
+   table commit the ledger never saw: the next batch of the partition adopts it (step 1).
+
+A batch that fails keeps the data directories of each table whose commit landed (or may have: the next batch
+adopts or rolls it back) and deletes those of the others; the staging areas always go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cohort.common.ledger import OffsetLedger
+from cohort.common.types import OffsetRange, TopicPartition
+from cohort.pipelines.batch.commit import commit_ranges_to
+from cohort.pipelines.batch.results import AdoptedRange
+from cohort.pipelines.batch.sink import OutputDirs
+from cohort.pipelines.batch.stage import timed
+from cohort.pipelines.planning.plan import BatchPlan
+from cohort.pipelines.sink.counts import StagedCounts
+from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout
+from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tables import batch as table_batch
+from cohort.pipelines.tables.batch import TablePair, owner_of, reconcile_tables
+from cohort.pipelines.tables.store import (
+    BatchRecord,
+    DataFile,
+    NewFile,
+    Owner,
+    PartitionMark,
+    TableCommit,
+    TableConflictError,
+    TableStore,
+    compare_and_set,
+    data_dir,
+)
+from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
+
+__all__ = ["TableSink"]
+
+
+def _confirm_ownership(ledger: OffsetLedger, plan: BatchPlan) -> None:
+    """Ask the ledger whether this member still owns its partitions: an empty range at each committed
+    partition's head is fenced like a commit and records nothing (a partition's first position at most)."""
+    probes = [
+        OffsetRange(p.tp.topic, p.tp.partition, start, start)
+        for p in plan.partitions
+        if p.must_commit
+        for start in [p.gap.from_offset if p.gap is not None else p.from_offset]
+    ]
+    if probes:
+        ledger.commit(probes)
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One table's side of the batch: its store, where the attempt staged it, and the rows it has per range."""
+
+    table: TableStore
+    layout: SinkLayout
+    counts: Mapping[TopicPartition, int]
+
+
+def _abs(table: TableStore, relative: str) -> str:
+    return f"{table.root}/{relative}"
+
+
+def _new_files(fs: Any, table: TableStore, directory: str) -> list[NewFile]:
+    """The Parquet files under a data directory (relative to the table), with their sizes, rows and schemas."""
+    resolved = arrow_filesystem(_abs(table, directory))
+    if resolved is None:
+        raise SinkError(f"pyarrow cannot reach {table.root}: a table sink needs a root pyarrow reaches")
+    filesystem, path = resolved
+    files = []
+    for name in fs.list_names(_abs(table, directory)):
+        if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+            continue
+        info = filesystem.get_file_info(f"{path}/{name}")
+        with filesystem.open_input_file(f"{path}/{name}") as handle:
+            meta = pq.ParquetFile(handle)
+            files.append(NewFile(f"{directory}/{name}", int(info.size), meta.metadata.num_rows, meta.schema_arrow))
+    return files
+
+
+def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[NewFile]:
+    """Move each partition's staged output into its data directory; the files there."""
+    added = []
+    for p in plan.partitions:
+        if not p.must_commit or not output.counts.get(p.tp):
+            continue
+        staged = output.layout.staged_range_dir(attempt, p.tp.topic, p.tp.partition)
+        directory = data_dir(p.tp, p.from_offset, p.until_offset, attempt)
+        if not fs.exists(_abs(output.table, directory)):
+            fs.rename(staged, _abs(output.table, directory))
+        added.extend(_new_files(fs, output.table, directory))
+    return added
+
+
+def _replaced(
+    fs: SinkFs, table: TableStore, plan: BatchPlan, attempt: str, held: Sequence[DataFile]
+) -> tuple[list[DataFile], list[NewFile]]:
+    """What a replay replaces: every file holding offsets the batch re-read, and the pieces of them outside its
+    ranges, rewritten into data directories of this attempt."""
+    ranges = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
+    removes: list[DataFile] = []
+    kept: list[NewFile] = []
+    cut: dict[str, DataFile] = {}
+    for f in held:
+        lo, hi = ranges.get(f.tp, (0, 0))
+        if f.attempt != attempt and f.from_offset < hi and lo < f.until_offset:
+            removes.append(f)
+            cut.setdefault(f.directory, f)
+    for directory, f in sorted(cut.items()):
+        lo, hi = ranges[f.tp]
+        for a, b in ((f.from_offset, min(f.until_offset, lo)), (max(f.from_offset, hi), f.until_offset)):
+            if a < b:
+                piece = data_dir(f.tp, a, b, attempt)
+                written = fs.write_offset_slice(
+                    _abs(table, directory), _abs(table, piece), a, b, name=f"part-{a}-{b}.parquet"
+                )
+                if written:
+                    kept.extend(_new_files(fs, table, piece))
+    return removes, kept
+
+
+@dataclass(frozen=True)
+class _Held:
+    """One table as the batch found it before its commit: the marks of the partitions it commits (the
+    compare-and-set) and the files of those it replays; a view for the replay check (`HeldOutput`)."""
+
+    table: TableStore
+    staging: SinkLayout
+    marks: Mapping[TopicPartition, PartitionMark]
+    files: Mapping[TopicPartition, tuple[DataFile, ...]]
+
+    @classmethod
+    def read(cls, table: TableStore, staging: SinkLayout, owner: Owner, plan: BatchPlan) -> _Held:
+        starts = {p.tp: p.from_offset for p in plan.partitions if p.must_commit}
+        tps = sorted(starts)
+        exists = table.exists()
+        marks = table.marks(owner.group, tps) if exists else {tp: PartitionMark() for tp in tps}
+        replayed = [tp for tp in tps if (reach := marks[tp].reach) is not None and reach > starts[tp]]
+        files: dict[TopicPartition, list[DataFile]] = {}
+        for f in table.files(replayed) if replayed else []:
+            files.setdefault(f.tp, []).append(f)
+        return cls(table, staging, marks, {tp: tuple(held) for tp, held in files.items()})
+
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
+        return self.staging.staged_range_dir(attempt, topic, partition)
+
+    def overlapped(
+        self, fs: SinkFs, attempt: str, tp: TopicPartition, from_offset: int, until_offset: int
+    ) -> list[tuple[int, int, str]]:
+        """The table's data directories holding offsets of [from, until) (a replay's old output)."""
+        return sorted(
+            {
+                (f.from_offset, f.until_offset, _abs(self.table, f.directory))
+                for f in self.files.get(tp, ())
+                if f.from_offset < until_offset and from_offset < f.until_offset
+            }
+        )
+
+
+def _change(
+    fs: SinkFs,
+    output: _Output,
+    held: _Held,
+    owner: Owner,
+    plan: BatchPlan,
+    attempt: str,
+    record: BatchRecord,
+    schema: pa.Schema | None,
+) -> TableCommit:
+    """One table's commit of the batch: its data directories placed, a replay's files replaced."""
+    heads = {p.tp: p.until_offset for p in plan.partitions if p.must_commit}
+    adds = _place(fs, output, attempt, plan)
+    old = [f for files in held.files.values() for f in files]
+    removes, kept = _replaced(fs, output.table, plan, attempt, old) if old else ([], [])
+    return TableCommit(owner, held.marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
+
+
+def _commit_change(table: TableStore, change: TableCommit) -> None:
+    """Commit `change`; a file gone missing because a newer member fenced the partitions and swept this batch's
+    files is said as the conflict it is."""
+    try:
+        table.commit(change)
+    except FileNotFoundError:
+        found = table.marks(change.owner.group, sorted(change.expected)) if table.exists() else {}
+        moved = sorted(tp for tp, mark in change.expected.items() if found.get(tp, mark) != mark)
+        if moved:
+            raise TableConflictError(
+                f"{', '.join(map(str, moved))}: the table at {table.root} no longer holds the marks this batch read "
+                "(a member of a newer generation fenced the partitions and removed this batch's files): nothing was "
+                "committed"
+            ) from None
+        raise
+
+
+def _landed(table: TableStore, change: TableCommit) -> bool:
+    """Whether `change` is in the table although its commit raised (its answer was lost): the stores' own
+    compare-and-set, asked again."""
+    try:
+        if not change.heads or change.batch is None or not table.exists():
+            return False
+        current = table.marks(change.owner.group, sorted(change.expected))
+        return compare_and_set(change, current, lambda tp, head: table.last_batch(change.owner.group, tp, head))
+    except TableConflictError:
+        return False  # another commit moved the marks: this one did not land
+    except Exception:  # the table cannot say: keep the files (an orphan costs space, a lost file costs rows)
+        return True
+
+
+def _discard(fs: SinkFs, tables: Iterable[TableStore], attempt: str, plan: BatchPlan) -> None:
+    """After a failure before a table's commit: delete the attempt's data directories in that table (a table's
+    committed files stay: the next batch adopts or rolls back its commit)."""
+    for table in tables:
+        for p in plan.partitions:
+            parent = _abs(table, data_dir(p.tp, 0, 0, attempt)).rsplit("/", 1)[0]
+            for name in fs.list_names(parent):
+                if name.endswith(f"-{attempt}"):
+                    fs.delete(f"{parent}/{name}")
+
+
+@dataclass
+class _Progress:
+    """How far the attempt's table commits got, for `TableSink.clean_up`: each table's view read before staging
+    (`held`, by root), the commit tried per table (`pending`) and the data directories of each table whose commit
+    landed or needed none (`directories`)."""
+
+    held: dict[str, _Held] = field(default_factory=dict)
+    pending: dict[str, TableCommit] = field(default_factory=dict)
+    directories: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableSink:
+    """One batch attempt's table pair (a `BatchSink`): the tables, who commits to them, the staging layouts at their
+    roots, and the seconds of its steps (`stages`, the batch's). Made by `open`, for one attempt only."""
+
+    tables: TablePair
+    owner: Owner
+    sink: SinkLayout
+    quarantine: SinkLayout
+    fs: ArrowFs
+    attempt: str
+    stages: dict[str, float]
+    progress: _Progress = field(default_factory=_Progress)
+
+    @classmethod
+    def open(
+        cls, spec: PipelineSpec, ledger: OffsetLedger, group: str | None, attempt: str, stages: dict[str, float]
+    ) -> TableSink:
+        """The spec's tables for `attempt`; ValueError without a group's name, SinkError for a root pyarrow cannot
+        reach. Creates the default Iceberg catalog's directory (a SQLite file at the sink's root)."""
+        owner = owner_of(ledger, group)
+        tables = table_batch.open_tables(spec)  # through its module: the tests and the fault harness replace it
+        for table in tables.both():
+            if arrow_filesystem(table.root) is None:
+                raise SinkError(
+                    f"a {spec.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
+                )
+        fs = ArrowFs()
+        if spec.table_format == "iceberg" and spec.iceberg_catalog is None and spec.iceberg_catalog_env is None:
+            fs.make_dirs(spec.sink_path)  # the default catalog is a SQLite file there
+        return cls(tables, owner, SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root), fs, attempt, stages)
+
+    def reconcile(self, ledger: OffsetLedger, partitions: Sequence[TopicPartition]) -> tuple[AdoptedRange, ...]:
+        """Fence the partitions in both tables, adopt sink commits the ledger never saw, roll back orphaned
+        quarantine commits (cohort.pipelines.tables.batch.reconcile_tables); the ranges adopted."""
+        with timed(self.stages, "reconcile"):
+            decisions = reconcile_tables(ledger, self.tables, self.owner, partitions)
+        return tuple(AdoptedRange(r, d.adopt_run) for _, d in sorted(decisions.items()) for r in d.adopt)
+
+    def complete(self, ledger: OffsetLedger, plan: BatchPlan) -> dict[TopicPartition, str]:
+        """Nothing: a table commit is visible when it lands (one the ledger never saw is adopted by `reconcile`)."""
+        return {}
+
+    def held(self, plan: BatchPlan) -> tuple[_Held, _Held]:
+        """Each table's marks and replayed files before staging (the commit's compare-and-set expects those marks);
+        (sink, quarantine)."""
+        with timed(self.stages, "verify"):
+            pairs = ((self.tables.quarantine, self.quarantine), (self.tables.sink, self.sink))
+            self.progress.held = {t.root: _Held.read(t, layout, self.owner, plan) for t, layout in pairs}
+        return self.progress.held[self.tables.sink.root], self.progress.held[self.tables.quarantine.root]
+
+    def commit(
+        self,
+        spec: PipelineSpec,
+        ledger: OffsetLedger,
+        plan: BatchPlan,
+        ranges: Sequence[OffsetRange],
+        counts: Mapping[TopicPartition, StagedCounts],
+        run_id: str,
+    ) -> OutputDirs:
+        """Confirm the ledger still owns the partitions, commit the quarantine table (when it has something to
+        commit), the sink table, then the ledger; each table's new data directories."""
+        if ranges:
+            quarantined = {tp: c.quarantined for tp, c in counts.items()}
+            written = {tp: c.written for tp, c in counts.items()}
+            with timed(self.stages, "commit"):
+                _confirm_ownership(ledger, plan)
+                record = BatchRecord(run_id, tuple(ranges))
+                sink_schema = spec.checker.sink_schema if not spec.reshapes else None  # a transform's are its own
+                for output, schema in (
+                    (_Output(self.tables.quarantine, self.quarantine, quarantined), spec.checker.quarantine_schema),
+                    (_Output(self.tables.sink, self.sink, written), sink_schema),
+                ):
+                    self._commit_table(output, plan, record, schema)
+                commit_ranges_to(ledger, ranges, run_id)
+        done = self.progress.directories
+        return tuple(done.get(self.tables.sink.root, ())), tuple(done.get(self.tables.quarantine.root, ()))
+
+    def _commit_table(self, output: _Output, plan: BatchPlan, record: BatchRecord, schema: pa.Schema | None) -> None:
+        """One table's commit of the batch, recorded in `progress` (tried, then landed) for `clean_up`."""
+        table, held = output.table, self.progress.held[output.table.root]
+        change = _change(self.fs, output, held, self.owner, plan, self.attempt, record, schema)
+        if table is self.tables.quarantine and not (change.adds or change.removes):
+            self.progress.directories[table.root] = []  # nothing quarantined, nothing replaced: no commit
+            return
+        self.progress.pending[table.root] = change
+        _commit_change(table, change)
+        self.progress.directories[table.root] = sorted({_abs(table, f.path.rsplit("/", 1)[0]) for f in change.adds})
+
+    def _keeps(self, table: TableStore) -> bool:
+        """Whether a failed batch keeps its data directories in `table`: its commit there needed none, returned,
+        or raised and landed all the same (`_landed`)."""
+        done, tried = self.progress.directories, self.progress.pending
+        return table.root in done or (table.root in tried and _landed(table, tried[table.root]))
+
+    def clean_up(self, plan: BatchPlan, *, failed: bool) -> None:
+        """Delete the staging areas; after a failure, also the attempt's data directories in each table whose
+        commit did not land (its committed files stay: the next batch adopts or rolls back its commit)."""
+        try:
+            if failed:
+                kept = [t for t in self.tables.both() if self._keeps(t)]
+                _discard(self.fs, [t for t in self.tables.both() if t not in kept], self.attempt, plan)
+        finally:
+            self.sink.discard_staging(self.fs, self.attempt)
+            self.quarantine.discard_staging(self.fs, self.attempt)
