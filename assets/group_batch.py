@@ -41,6 +41,7 @@ from cohort.assets.worker import (
     SLOT_TAG,
     BatchRunner,
     WorkerOutcome,
+    WorkerSetup,
     landed_root,
     materializations,
     op_name,
@@ -94,17 +95,7 @@ class SlotFailure:
     error: BaseException
 
 
-def host_slots(
-    context: dg.OpExecutionContext,
-    config: CohortConfig,
-    translator: DagsterCohortTranslator,
-    group: CohortGroupResource,
-    kafka: KafkaResource,
-    spark: SparkResource,
-    slots: Sequence[int],
-    runner: BatchRunner | None,
-    replay: Replay | None = None,
-) -> tuple[list[WorkerOutcome], list[SlotFailure]]:
+def host_slots(setup: WorkerSetup, slots: Sequence[int]) -> tuple[list[WorkerOutcome], list[SlotFailure]]:
     """Run one member per slot, each on its own thread, and gather the outcomes (one slot: its error is raised).
 
     The op's thread only waits, so a terminated run's interrupt reaches it at once (a thread interrupted in the
@@ -112,6 +103,7 @@ def host_slots(
     members' batches fail, the members leave the group and their threads end (`_stop_members`); members whose
     batch had ended leave too (a later run of the slot reports what they committed).
     """
+    context, spark = setup.context, setup.spark
     if len(slots) > 1:
         spark.get_session()  # started once, before the members share it
     outcomes: dict[int, WorkerOutcome] = {}
@@ -120,7 +112,7 @@ def host_slots(
 
     def member(slot: int) -> None:
         try:
-            outcome = run_worker(context, config, translator, group, kafka, spark, slot, runner=runner, replay=replay)
+            outcome = run_worker(setup, slot)
         except BaseException as exc:  # reported below; a failed slot does not stop the others
             with lock:
                 failures.append(SlotFailure(slot, exc))
@@ -218,7 +210,8 @@ def build_group_assets(
         if context.selected_asset_keys:
             replay = _replay(context, str(op.op_config["replay_from"]))
             registry = getattr(context.resources, REGISTRY_RESOURCE_KEY) if registry_keys else None
-            yield from _batch(context, config, translator, group, kafka, spark, slots, runner, replay, registry)
+            setup = WorkerSetup(context.op_execution_context, config, translator, group, kafka, spark, runner, replay)
+            yield from _batch(context, setup, slots, registry)
         if context.selected_asset_check_keys:
             full = context.run.tags.get(AUDIT_TAG) == "full"
             for evaluation in check_results(
@@ -269,16 +262,13 @@ def _landed_schema(pipeline: PipelineSpec) -> dg.TableSchema | None:
 
 def _batch(
     context: dg.AssetExecutionContext,
-    config: CohortConfig,
-    translator: DagsterCohortTranslator,
-    group: CohortGroupResource,
-    kafka: KafkaResource,
-    spark: SparkResource,
+    setup: WorkerSetup,
     slots: Sequence[int],
-    runner: BatchRunner | None,
-    replay: Replay | None,
     registry: SchemaRegistryResource | None,
 ) -> Iterator[Any]:
+    """The batch of the hosted `slots`: tag the run, report earlier unreported ranges, run the members, report
+    what they consumed, then let them leave."""
+    config, translator, group, kafka, replay = setup.config, setup.translator, setup.group, setup.kafka, setup.replay
     op = context.op_execution_context
     tags = {GROUP_TAG: config.group, SLOT_TAG: ",".join(str(s) for s in slots)}
     if replay is not None:
@@ -312,7 +302,7 @@ def _batch(
     context.log.info(f"{TRAIL_READ_LOG} {(time.perf_counter() - began) * 1000:.0f} ms: {len(earlier)} earlier ranges")
     yield from earlier
     config = _with_reader_schemas(config, registry, counts.keys())  # after the report of earlier commits
-    outcomes, failures = host_slots(op, config, translator, group, kafka, spark, slots, runner, replay)
+    outcomes, failures = host_slots(dataclasses.replace(setup, config=config), slots)
     pipeline = config.pipeline
     sink_root = landed_root(pipeline)
     columns = _landed_schema(pipeline) if pipeline is not None and pipeline.uses_registry else None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from cohort.assets.cursors import GroupCursor
 from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind, GroupEvent
+from cohort.runtime.losses import MemberRuns, lost_slot
 
 __all__ = [
     "CLEAN_LEAVE",
@@ -43,9 +44,6 @@ __all__ = [
 
 REMEMBERED_RERUNS = 200
 """How many rerun run ids a group's cursor keeps (a run rerun at its deadline is not rerun again)."""
-
-MemberRuns = Mapping[str, tuple[int | None, str | None]]
-"""member id -> (worker slot or None, Dagster run id or None)."""
 
 
 class RunState(enum.Enum):
@@ -167,20 +165,19 @@ def decide_reruns(
     for event_id, event in events:
         last_event = max(last_event, event_id)
         generation = max(generation, event.generation)
-        if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
-            continue
-        removed.add(event.member_id)
-        slot, run_id = known.get(event.member_id, (None, None))
-        run = runs.get(run_id) if run_id else None
-        if slot is None or (run is not None and run.state.dead):
-            continue  # dead runs are rerun below, keyed by the run
-        if event.reason.startswith(CLEAN_LEAVE) or (run is not None and run.state is RunState.SUCCESS):
-            continue  # a clean leave, or a finished static member whose session ran out: nothing orphaned
-        notes.append(Note("info", f"slot {slot} lost member {event.member_id} ({event.reason})"))
-        rerun = Rerun(slot, event.generation, event.member_id[-12:], event.reason, run_id or "")
+        if event.kind is EventKind.MEMBER_REMOVED and event.member_id is not None:
+            removed.add(event.member_id)
+        loss = lost_slot(event, known)
+        run = runs.get(loss.run_id) if loss is not None and loss.run_id else None
+        if loss is None or (run is not None and run.state.dead):
+            continue  # not a loss; dead runs are rerun below, keyed by the run
+        if run is not None and run.state is RunState.SUCCESS:
+            continue  # a finished static member whose session ran out: nothing orphaned
+        notes.append(Note("info", f"slot {loss.slot} lost member {loss.member_id} ({loss.reason})"))
+        rerun = Rerun(loss.slot, loss.generation, loss.member_id[-12:], loss.reason, loss.run_id or "")
         requests[rerun.run_key] = rerun
-        if run_id:
-            rerun_runs.append(run_id)
+        if loss.run_id:
+            rerun_runs.append(loss.run_id)
     slots_by_run: dict[str, set[int]] = {}
     for slot, rid in known.values():
         if rid and slot is not None:

@@ -30,19 +30,18 @@ from cohort.assets.translator import (
     safe_name,
 )
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.ledger.trail_reader import unreported
 from cohort.assignment.member import GroupMember
 from cohort.assignment.protocol.messages import LedgerEntry
-from cohort.common.types import OffsetRange, TopicPartition
+from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.resources.spark import SparkResource
-from cohort.runtime.lineage import consumed_ranges, reported_range
+from cohort.runtime.lineage import ConsumedRange, consumed_ranges, reported_range, unreported_ranges
 from cohort.runtime.offset_reset import apply_reset
-from cohort.runtime.slot_batch import MAX_ATTEMPTS, BatchRunner, run_slot_batch
+from cohort.runtime.slot_batch import MAX_ATTEMPTS, BatchRunner, SlotRun, run_slot_batch
 
 __all__ = [
     "ALL_SLOTS",
@@ -53,6 +52,7 @@ __all__ = [
     "SLOT_TAG",
     "BatchRunner",
     "WorkerOutcome",
+    "WorkerSetup",
     "landed_materialization",
     "materializations",
     "op_name",
@@ -179,20 +179,25 @@ def _reset_for_replay(
     return {tp for tp in assignment if tp in done}
 
 
-def run_worker(
-    context: dg.OpExecutionContext,
-    config: CohortConfig,
-    translator: DagsterCohortTranslator,
-    group: CohortGroupResource,
-    kafka: KafkaResource,
-    spark: SparkResource,
-    slot: int,
-    *,
-    runner: BatchRunner | None = None,
-    replay: Replay | None = None,
-) -> WorkerOutcome:
-    """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay. With
-    `replay`, first reset the selected partitions it owns to the replay's start (cohort.assets.replay)."""
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a batch run's slots share, gathered once by the op: the run's context, the group's config and
+    translator, the resources, and the run's options (a test runner, a replay)."""
+
+    context: dg.OpExecutionContext
+    config: CohortConfig
+    translator: DagsterCohortTranslator
+    group: CohortGroupResource
+    kafka: KafkaResource
+    spark: SparkResource
+    runner: BatchRunner | None = None
+    replay: Replay | None = None
+
+
+def run_worker(setup: WorkerSetup, slot: int) -> WorkerOutcome:
+    """Join as `slot`, run the batch on the assignment (rejoining after a rebalance), leave or stay. With a
+    replay, first reset the selected partitions it owns to the replay's start (cohort.assets.replay)."""
+    context, config, group, kafka, replay = setup.context, setup.config, setup.group, setup.kafka, setup.replay
     if config.pipeline is None:
         raise dg.Failure(f"group {config.group!r} has no pipeline: give CohortConfig(..., pipeline=PipelineSpec(...))")
     member: GroupMember = group.member(
@@ -203,33 +208,25 @@ def run_worker(
     )
 
     def on_assignment(assignment: Sequence[TopicPartition], counts: Mapping[str, int]) -> None:
-        _register_partitions(context.instance, config, translator, assignment, counts)
+        _register_partitions(context.instance, config, setup.translator, assignment, counts)
 
     def before_batch(member: GroupMember, assignment: Sequence[TopicPartition]) -> set[TopicPartition]:
         assert replay is not None
         return _reset_for_replay(context, config.group, member, replay, assignment, kafka)
 
-    done = run_slot_batch(
-        member,
-        slot,
-        spark=spark.get_session,
-        pipeline=config.pipeline,
-        kafka_config=kafka.client_config(),
-        partition_counts=kafka.partition_counts,
+    run = SlotRun(
+        slot=slot,
         run_id=context.run_id,
+        pipeline=config.pipeline,
+        kafka=kafka.access(),
+        spark=setup.spark.get_session,
         log=context.log,
-        mirror=kafka.get_mirror(),
-        runner=runner,
+        leave_group=group.leave_on_finish,
+        runner=setup.runner,
         on_assignment=on_assignment,
         before_batch=before_batch if replay is not None else None,
-        leave_group=group.leave_on_finish,
     )
-    try:
-        result = done.result
-        lag_after = kafka.end_offsets([p.topic_partition for p in result.partitions]) if result else {}
-    except BaseException:
-        done.leave(leave_group=group.leave_on_finish)
-        raise
+    done = run_slot_batch(member, run)
     return WorkerOutcome(
         group=config.group,
         slot=slot,
@@ -237,19 +234,14 @@ def run_worker(
         member_id=done.member_id,
         generation=done.generation,
         assignment=done.assignment,
-        result=result,
-        lag_after=_lag_after(result, lag_after),
+        result=done.result,
+        lag_after=done.lag_after,
         attempts=done.attempts,
         member=member,
         leave_on_finish=group.leave_on_finish,
         replayed=done.replayed,
         replay=replay.target.describe() if replay is not None else None,
     )  # the caller reports, then leaves
-
-
-def _lag_after(result: BatchResult | None, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    """Records left behind per consumed partition once the batch committed (0 when caught up)."""
-    return result.lag_after(ends) if result is not None else {}
 
 
 def materializations(
@@ -289,46 +281,19 @@ def materializations(
         )
 
 
-@dataclass(frozen=True)
-class _Reporter:
-    """Who committed a range another run read, for its materializations: generation, member and instance."""
-
-    generation: int
-    member: str
-    instance_id: str
-
-
 def _reported_range(
-    translator: DagsterCohortTranslator,
-    group: str,
-    entry: OffsetRange | LedgerEntry,
-    description: str,
-    committed_by: _Reporter,
-    read_by: str,
-    reported_by: str,
-    sink_root: str | None,
+    translator: DagsterCohortTranslator, part: ConsumedRange, description: str, sink_root: str | None
 ) -> Iterator[dg.AssetMaterialization]:
-    """The topic and landed materializations of a range that run `read_by` read and run `reported_by` reports
-    (a run that ended before reporting it, or before its ledger commit)."""
+    """The topic and landed materializations of a range one run read and a later run reports (the reading run
+    ended before reporting it, or before its ledger commit)."""
     yield dg.AssetMaterialization(
-        asset_key=translator.get_asset_key(group, entry.topic),
-        partition=str(entry.partition),
+        asset_key=translator.get_asset_key(part.group, part.topic),
+        partition=str(part.partition),
         description=description,
-        metadata=RangeMetadata.of(
-            reported_range(
-                entry,
-                group=group,
-                generation=committed_by.generation,
-                member=committed_by.member,
-                instance_id=committed_by.instance_id,
-                run_id=read_by,
-                reported_by=reported_by,
-            )
-        ).to_metadata(),
+        metadata=RangeMetadata.of(part).to_metadata(),
     )
-    yield landed_materialization(
-        translator, group, entry.topic_partition, entry.records, entry.quarantined, read_by, sink_root
-    )
+    tp = TopicPartition(part.topic, part.partition)
+    yield landed_materialization(translator, part.group, tp, part.records, part.quarantined, part.run_id, sink_root)
 
 
 def _adopted_materializations(
@@ -337,7 +302,6 @@ def _adopted_materializations(
     """The ranges this batch adopted into the ledger (a table sink's commit whose run died before its ledger
     commit): reported here, as the run that read them would have reported them."""
     assert outcome.result is not None
-    adopter = _Reporter(outcome.generation, outcome.member_id, outcome.instance_id)
     for adopted in outcome.result.adopted:
         entry = adopted.range
         if entry.gap_reason is not None or entry.until_offset == entry.from_offset:
@@ -347,7 +311,16 @@ def _adopted_materializations(
             f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) landed in the sink table by run "
             f"{read_by}, which ended before its ledger commit; adopted into the ledger by run {run_id}"
         )
-        yield from _reported_range(translator, outcome.group, entry, description, adopter, read_by, run_id, sink_root)
+        part = reported_range(
+            entry,
+            group=outcome.group,
+            generation=outcome.generation,
+            member=outcome.member_id,
+            instance_id=outcome.instance_id,
+            run_id=read_by,
+            reported_by=run_id,
+        )
+        yield from _reported_range(translator, part, description, sink_root)
 
 
 def landed_root(pipeline: PipelineSpec | None) -> str | None:
@@ -421,12 +394,10 @@ def unreported_materializations(
             or bool(rerun_of and entry.run_id == rerun_of)
         )
 
-    for entry in unreported(readings, ours):
-        lost = entry.run_id or "unknown"
+    for part in unreported_ranges(readings, ours, group=config.group, reported_by=run_id):
         description = (
-            f"{entry.topic_partition} [{entry.from_offset}, {entry.until_offset}) committed by run "
-            f"{lost} in generation {entry.generation}, which ended before reporting it "
+            f"{TopicPartition(part.topic, part.partition)} [{part.from_offset}, {part.until_offset}) committed by run "
+            f"{part.run_id} in generation {part.generation}, which ended before reporting it "
             f"(reported from the ledger by run {run_id})"
         )
-        committer = _Reporter(entry.generation, entry.member_id or "", entry.instance_id or "")
-        yield from _reported_range(translator, config.group, entry, description, committer, lost, run_id, sink_root)
+        yield from _reported_range(translator, part, description, sink_root)

@@ -78,7 +78,9 @@ from cohort.devtools.topics import create_topic, partition_counts, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
 from cohort.pipelines.batch.results import BatchResult, PartitionResult
 from cohort.pipelines.kafka.client import watermarks
+from cohort.runtime.kafka_access import KafkaAccess
 from cohort.runtime.slot_batch import SlotBatch, run_slot_batch
+from cohort.runtime.slot_batch import SlotRun as SlotSetup
 
 ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "lag-sticky")
 SHAPES = ("skewed", "zipf", "uniform")
@@ -286,17 +288,10 @@ def run_round(
             log_offsets=lambda tps: watermarks(case.config, tps),  # what the Dagster worker's kafka.watermarks reads
         )
         try:
+            run_id = f"{case.workers.group}-r{round_}-s{n}"
             done = run_slot_batch(
                 member,
-                n,
-                spark=lambda: case.spark,
-                pipeline=case.spec,
-                kafka_config=case.config,
-                partition_counts=lambda topics: partition_counts(case.config, topics),
-                run_id=f"{case.workers.group}-r{round_}-s{n}",
-                log=log,
-                mirror=case.mirror,
-                runner=runner,
+                SlotSetup(n, run_id, case.spec, KafkaAccess(case.config), lambda: case.spark, log, runner=runner),
             )
         except BaseException as exc:
             with lock:

@@ -1,9 +1,10 @@
 """The Kafka resource: confluent-kafka configuration (SASL/SSL secrets from `EnvVar`) and client factories.
 
-Typed configuration plus cached clients, nothing else: admin, producer and consumer
-factories, topic metadata, end offsets, Kafka's committed offsets of a group, and the mirror that copies
-ledger commits to Kafka. Secrets (`sasl_password`, `ssl_key_password`) are hidden from `repr`, from
-`describe_config()` and from every error message raised here.
+Typed configuration plus cached clients, nothing else: the producer, and a `KafkaAccess`
+(cohort.runtime.kafka_access: the admin client, topic metadata, end offsets, Kafka's committed offsets of a
+group, the mirror that copies ledger commits to Kafka) that the worker slots share with the Airflow face and the
+CLI. Secrets (`sasl_password`, `ssl_key_password`) are hidden from `repr`, from `describe_config()` and from
+every error message raised here.
 
 Example:
     >>> import dagster as dg
@@ -18,21 +19,17 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import dagster as dg
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, PrivateAttr, field_validator
 
-from cohort.assignment.protocol.group_state import subscribed_counts
-from cohort.common.names import validate_group_name
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka.client import read_partition_counts
-from cohort.pipelines.kafka.client import watermarks as fetched_watermarks
+from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
+from cohort.runtime.kafka_access import KafkaAccess, parse_bootstrap
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
 
@@ -78,18 +75,13 @@ class KafkaResource(dg.ConfigurableResource):
         default_factory=dict, description="Further librdkafka properties (no secrets here: they would be shown)."
     )
 
-    _admin: AdminClient | None = PrivateAttr(default=None)
+    _access: KafkaAccess | None = PrivateAttr(default=None)
     _producer: Producer | None = PrivateAttr(default=None)
-    _consumers: dict[str, Consumer] = PrivateAttr(default_factory=dict)
 
     @field_validator("bootstrap_servers")
     @classmethod
     def _check_bootstrap(cls, value: str) -> str:
-        hosts = [h.strip() for h in value.split(",") if h.strip()]
-        bad = [h for h in hosts if not re.fullmatch(r"[^\s:]+:\d{1,5}", h)]
-        if not hosts or bad:
-            raise ValueError(f"bootstrap_servers must be host:port[,host:port...], got {value!r}")
-        return ",".join(hosts)
+        return parse_bootstrap(value)
 
     @field_validator("extra_config")
     @classmethod
@@ -127,11 +119,16 @@ class KafkaResource(dg.ConfigurableResource):
 
     # ---------------------------------------------------------------------------------------- clients
 
+    def access(self) -> KafkaAccess:
+        """This resource's `KafkaAccess` (created on first use, released by `close()`): the configuration and
+        the metadata requests the face-neutral runtime takes."""
+        if self._access is None:
+            self._access = KafkaAccess(self.client_config(), request_timeout_s=self.request_timeout_s)
+        return self._access
+
     def get_admin(self) -> AdminClient:
         """The AdminClient of this resource (created on first use, released by `close()`)."""
-        if self._admin is None:
-            self._admin = AdminClient(self.client_config())
-        return self._admin
+        return self.access().admin
 
     def get_producer(self) -> Producer:
         """The cached Producer (acks=all)."""
@@ -141,35 +138,20 @@ class KafkaResource(dg.ConfigurableResource):
 
     def get_consumer(self, group_id: str = "cohort-metadata") -> Consumer:
         """A cached Consumer for `group_id` with auto-commit off (Cohort commits explicitly)."""
-        validate_group_name(group_id)
-        consumer = self._consumers.get(group_id)
-        if consumer is None:
-            consumer = Consumer(
-                {
-                    **self.client_config(),
-                    "group.id": group_id,
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                }
-            )
-            self._consumers[group_id] = consumer
-        return consumer
+        return self.access()._consumer(group_id)
 
-    def get_mirror(self) -> Any:
+    def get_mirror(self) -> KafkaOffsetMirror:
         """The `OffsetMirror` copying ledger commits to Kafka's committed offsets under the group id."""
-        from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
-
-        return KafkaOffsetMirror(self.client_config())
+        return self.access().mirror()
 
     def close(self) -> None:
         """Close the consumers, flush the producer and release the admin client this resource created."""
-        for consumer in self._consumers.values():
-            consumer.close()
-        self._consumers.clear()
+        if self._access is not None:
+            self._access.close()
+        self._access = None
         if self._producer is not None:
             self._producer.flush(self.request_timeout_s)
         self._producer = None
-        self._admin = None  # confluent-kafka's AdminClient has no close(): dropping it stops its threads
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """Dagster's end of a run or sensor tick: release every client this resource created."""
@@ -179,47 +161,20 @@ class KafkaResource(dg.ConfigurableResource):
 
     def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
         """Partition count per topic (all non-internal topics when `topics` is None; missing ones omitted)."""
-        try:
-            return read_partition_counts(self.get_admin(), topics, timeout_s=self.request_timeout_s)
-        except KafkaException as exc:
-            reason = _reason(exc)
-            raise KafkaException(f"could not read topic metadata from {self.bootstrap_servers}: {reason}") from None
+        return self.access().partition_counts(topics)
 
     def subscribed_partition_counts(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, int]:
         """Partition counts of `topics` plus every topic fully matching `pattern` (what a group subscribes to)."""
-        return subscribed_counts(self.partition_counts(), set(topics), pattern)
+        return self.access().subscribed_partition_counts(topics, pattern)
 
     def watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(first available offset, end offset) per partition; the end offset is the one a fetch from the
-        high watermark confirms (`cohort.pipelines.kafka.client.watermarks`), so lag counts every record."""
-        try:
-            return fetched_watermarks(self.client_config(), partitions, timeout_s=self.request_timeout_s)
-        except KafkaException as exc:
-            raise KafkaException(f"could not read offsets from {self.bootstrap_servers}: {_reason(exc)}") from None
+        """(first available offset, end offset) per partition (`KafkaAccess.watermarks`)."""
+        return self.access().watermarks(partitions)
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset per partition (see `watermarks`)."""
-        return {tp: high for tp, (_low, high) in self.watermarks(partitions).items()}
+        return self.access().end_offsets(partitions)
 
     def committed_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """Kafka's committed offsets of `group` (what `kafka-consumer-groups --describe` shows); None if none."""
-        if not partitions:
-            return {}
-        consumer = self.get_consumer(group)
-        try:
-            answers = consumer.committed(
-                [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=self.request_timeout_s
-            )
-        except KafkaException as exc:
-            raise KafkaException(f"could not read the committed offsets of group {group!r}: {exc}") from None
-        return {TopicPartition(a.topic, a.partition): (int(a.offset) if a.offset >= 0 else None) for a in answers}
-
-
-def _reason(exc: BaseException) -> str:
-    """What librdkafka said, without the KafkaError repr (`Local: Broker transport failure`)."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if cause.args and isinstance(cause.args[0], KafkaError):
-            return str(cause.args[0].str())
-        cause = cause.__cause__
-    return str(exc)
+        return self.access().committed_offsets(group, partitions)

@@ -16,23 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from cohort.airflow.connection import bootstrap_of, kafka_config, store_url_from_env
 from cohort.airflow.lineage import emit
 from cohort.airflow.trail import AIRFLOW_TRAIL, AirflowTrail
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import CoordinatorError
-from cohort.assignment.ledger.trail_reader import read_trail, settle_trail, unreported
-from cohort.assignment.protocol.group_state import subscribed_counts
+from cohort.assignment.ledger.trail_reader import read_trail, settle_trail
+from cohort.assignment.member import GroupMember
 from cohort.assignment.worker_group import WorkerGroup
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka.client import read_partition_counts, watermarks
-from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 from cohort.pipelines.spark import close_session, open_session
 from cohort.pipelines.spec import PipelineSpec
-from cohort.runtime.lineage import ConsumedRange, consumed_ranges, reported_range
-from cohort.runtime.slot_batch import BatchRunner, run_slot_batch
+from cohort.runtime.kafka_access import KafkaAccess
+from cohort.runtime.lineage import ConsumedRange, consumed_ranges, unreported_ranges
+from cohort.runtime.slot_batch import BatchRunner, SlotBatch, SlotRun, run_slot_batch
 
 __all__ = ["AirflowGroup", "SlotReport", "earlier_ranges", "ledger_run_id", "run_slot"]
 
@@ -107,18 +104,28 @@ def earlier_ranges(
     readings = read_trail(coordinator, group.group, AIRFLOW_TRAIL, partitions, source, marks=marks)
     settle_trail(coordinator, group.group, AIRFLOW_TRAIL, readings)
     instance = group.instance_id(slot)
-    return [
-        reported_range(
-            entry,
-            group=group.group,
-            generation=entry.generation,
-            member=entry.member_id or "",
-            instance_id=instance,
-            run_id=entry.run_id or "",
-            reported_by=reported_by,
-        )
-        for entry in unreported(readings, lambda e: e.instance_id == instance)
-    ]
+    return unreported_ranges(readings, lambda e: e.instance_id == instance, group=group.group, reported_by=reported_by)
+
+
+class _Session:
+    """The slot's Spark session, opened on first use (after the audit report, before the join) and closed once."""
+
+    def __init__(self, config: AirflowGroup, name: str) -> None:
+        self.config, self.name = config, name
+        self.owned: Any = None
+
+    def get(self) -> Any:
+        if self.owned is None:
+            remote = self.config.spark_remote
+            master = None if remote else self.config.spark_master
+            self.owned = open_session(
+                master=master, remote=remote, app_name=self.name, conf=dict(self.config.spark_conf)
+            )
+        return self.owned.session
+
+    def close(self) -> None:
+        if self.owned is not None:
+            close_session(self.owned)
 
 
 def run_slot(
@@ -141,81 +148,30 @@ def run_slot(
     instead of leaving: the group's trigger sees a loss and reruns the slot once; a rerun that fails is left for
     a person (the next scheduled run)."""
     group = config.worker_group()
-    kafka = kafka_config(config.kafka_conn_id)
-    bootstrap = bootstrap_of(kafka)
+    kafka = KafkaAccess(kafka_config(config.kafka_conn_id))
+    bootstrap = bootstrap_of(kafka.config)
     client_id = ledger_run_id(dag_id, run_id, slot, try_number)
     coordinator = group.open_coordinator()
-    owned = None
+    spark = _Session(config, f"cohort-{group.group}-slot-{slot}")
     try:
-        admin = AdminClient(kafka)
-        subscribed_now = subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
+        subscribed_now = kafka.subscribed_partition_counts(group.topics, group.topic_pattern)
         earlier = earlier_ranges(group, coordinator, subscribed_now, slot, inlet_events, client_id)
         emitted = emit(outlet_events, group.group, bootstrap, earlier)
-
-        def partition_counts(topics: set[str]) -> dict[str, int]:
-            return read_partition_counts(admin, topics)
-
-        def subscribed() -> dict[str, int]:
-            return subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
-
         member = group.member(
             coordinator,
             slot,
             run_id=client_id,
-            topic_metadata=subscribed,
-            log_offsets=lambda partitions: watermarks(kafka, partitions),  # the lag-sticky assignor's backlog
+            topic_metadata=lambda: kafka.subscribed_partition_counts(group.topics, group.topic_pattern),
+            log_offsets=kafka.watermarks,  # the lag-sticky assignor's backlog
         )
-
-        def session() -> Any:
-            nonlocal owned
-            if owned is None:
-                owned = open_session(
-                    master=None if config.spark_remote else config.spark_master,
-                    remote=config.spark_remote,
-                    app_name=f"cohort-{group.group}-slot-{slot}",
-                    conf=dict(config.spark_conf),
-                )
-            return owned.session
-
+        leave = group.leave_on_finish and not rerun_on_failure
+        run = SlotRun(slot, client_id, config.pipeline, kafka, spark.get, log, leave_group=leave, runner=runner)
+        done = _run_or_evict(member, run, coordinator, rerun_on_failure)
         try:
-            done = run_slot_batch(
-                member,
-                slot,
-                spark=session,
-                pipeline=config.pipeline,
-                kafka_config=kafka,
-                partition_counts=partition_counts,
-                run_id=client_id,
-                log=log,
-                mirror=KafkaOffsetMirror(kafka),
-                runner=runner,
-                leave_group=group.leave_on_finish and not rerun_on_failure,
-            )
-        except Exception as exc:
-            if rerun_on_failure and member.member_id is not None:
-                # the slot's last try failed: evicted (not a clean leave), so the group's trigger reruns it once
-                reason = f"task {client_id} failed on its last try: {type(exc).__name__}"
-                with contextlib.suppress(CoordinatorError):
-                    coordinator.evict_member(group.group, member.member_id, reason)
-            raise
-        try:
-            result = done.result
-            ranges: list[ConsumedRange] = []
-            if result is not None:
-                tps = [p.topic_partition for p in result.partitions]
-                lag = result.lag_after({tp: end for tp, (_low, end) in watermarks(kafka, tps).items()})
-                ranges = consumed_ranges(
-                    result,
-                    group=group.group,
-                    generation=done.generation,
-                    member=done.member_id,
-                    instance_id=group.instance_id(slot),
-                    run_id=client_id,
-                    lag_after=lag,
-                )
-            emitted += emit(outlet_events, group.group, bootstrap, ranges)
+            emitted += emit(outlet_events, group.group, bootstrap, _consumed(done, group, slot, client_id))
         finally:
             done.leave(leave_group=group.leave_on_finish)
+        result = done.result
         return SlotReport(
             slot=slot,
             ledger_run_id=client_id,
@@ -227,6 +183,34 @@ def run_slot(
             events=emitted,
         )
     finally:
-        if owned is not None:
-            close_session(owned)
+        spark.close()
+        kafka.close()
         coordinator.close()
+
+
+def _run_or_evict(member: GroupMember, run: SlotRun, coordinator: Coordinator, rerun_on_failure: bool) -> SlotBatch:
+    """The slot's batch; when it fails on the slot's last try, the member is evicted (not a clean leave), so the
+    group's trigger reruns the slot once."""
+    try:
+        return run_slot_batch(member, run)
+    except Exception as exc:
+        if rerun_on_failure and member.member_id is not None:
+            reason = f"task {run.run_id} failed on its last try: {type(exc).__name__}"
+            with contextlib.suppress(CoordinatorError):
+                coordinator.evict_member(member.group, member.member_id, reason)
+        raise
+
+
+def _consumed(done: SlotBatch, group: WorkerGroup, slot: int, run_id: str) -> list[ConsumedRange]:
+    """The batch's consumed ranges, as its asset events record them."""
+    if done.result is None:
+        return []
+    return consumed_ranges(
+        done.result,
+        group=group.group,
+        generation=done.generation,
+        member=done.member_id,
+        instance_id=group.instance_id(slot),
+        run_id=run_id,
+        lag_after=done.lag_after,
+    )

@@ -23,7 +23,6 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from cohort.airflow.connection import config_from_extra, store_url_from_env
 from cohort.airflow.watch import GroupWatch
-from cohort.assignment.protocol.group_state import subscribed_counts
 from cohort.assignment.worker_group import WorkerGroup
 
 __all__ = ["GroupWatchTrigger", "group_settings", "worker_group_of"]
@@ -79,16 +78,15 @@ class GroupWatchTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow.sdk import Connection
-        from confluent_kafka.admin import AdminClient
 
-        from cohort.pipelines.kafka.client import read_partition_counts
+        from cohort.runtime.kafka_access import KafkaAccess
 
         group = worker_group_of(self.group, self.store_url_env)
         connection = await Connection.async_get(self.kafka_conn_id)
-        admin = AdminClient(config_from_extra(self.kafka_conn_id, connection.extra_dejson))
+        kafka = KafkaAccess(config_from_extra(self.kafka_conn_id, connection.extra_dejson))
 
         def counts() -> dict[str, int]:
-            return subscribed_counts(read_partition_counts(admin), set(group.topics), group.topic_pattern)
+            return kafka.subscribed_partition_counts(group.topics, group.topic_pattern)
 
         coordinator = group.open_coordinator()
         watch = GroupWatch(group, coordinator, counts, holder=f"airflow-triggerer:{socket.gethostname()}:{os.getpid()}")
@@ -100,3 +98,4 @@ class GroupWatchTrigger(BaseEventTrigger):
                 await asyncio.sleep(self.poll_interval_s)
         finally:
             coordinator.close()
+            kafka.close()

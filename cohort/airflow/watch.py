@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.errors import GroupIdNotFoundError
-from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind, GroupEvent
+from cohort.assignment.protocol.group_state import GroupEvent
 from cohort.assignment.worker_group import WorkerGroup
+from cohort.runtime.losses import lost_slot
 
 __all__ = ["GroupWatch", "Signal", "WatchState", "decide_signals"]
 
@@ -67,19 +68,10 @@ def decide_signals(
     last = seen.last_event
     for event_id, event in events:
         last = max(last, event_id)
-        if event.kind is not EventKind.MEMBER_REMOVED or event.member_id is None:
-            continue
-        slot, run = known.get(event.member_id, (None, None))
-        if slot is None or event.reason.startswith(CLEAN_LEAVE):
-            continue
-        signals.append(
-            Signal(
-                group.group,
-                (slot,),
-                f"slot {slot} lost member {event.member_id}: {event.reason}",
-                run or event.member_id,
-            )
-        )
+        loss = lost_slot(event, known)
+        if loss is not None:
+            reason = f"slot {loss.slot} lost member {loss.member_id}: {loss.reason}"
+            signals.append(Signal(group.group, (loss.slot,), reason, loss.run_id or loss.member_id))
     if seen.counts is not None and dict(counts) != dict(seen.counts):
         digest = hashlib.sha1(repr(sorted(counts.items())).encode()).hexdigest()[:12]
         reason = f"subscribed topics changed to {dict(counts)}"

@@ -39,7 +39,7 @@ from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 if TYPE_CHECKING:
     from cohort.pipelines.tables.audit import TableFiles
     from cohort.pipelines.tables.store import TableStore
-    from cohort.resources.kafka import KafkaResource
+    from cohort.runtime.kafka_access import KafkaAccess
 
 __all__ = ["PartitionAudit", "SinkTarget", "audit_group"]
 
@@ -181,7 +181,7 @@ def _audit_tables(
     tables: tuple[TableStore, TableStore],
     fs: ArrowFs,
     committed: Mapping[TopicPartition, int | None] | None,
-    kafka: KafkaResource | None,
+    kafka: KafkaAccess | None,
     repair: bool,
     now: float | None,
 ) -> GroupAudit:
@@ -231,7 +231,7 @@ def _audit_table(
     tables: tuple[TableStore, TableStore],
     fs: ArrowFs,
     committed: Mapping[TopicPartition, int | None] | None,
-    kafka: KafkaResource | None,
+    kafka: KafkaAccess | None,
     repair: bool,
     on_disk: TableFiles,
 ) -> PartitionAudit:
@@ -272,7 +272,7 @@ def _audit_table(
     if kafka is not None and (done or any(f.repair == MIRROR for f in summary.findings)):
         head = coordinator.fetch_offsets(group, [tp])[tp]
         if head is not None:
-            kafka.get_mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, head, head)], run_id=None)
+            kafka.mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, head, head)], run_id=None)
             done.append(f"mirrored offset {head} to Kafka")
     if not done:
         return summary
@@ -281,7 +281,7 @@ def _audit_table(
 
 
 def _kafka_committed(
-    kafka: KafkaResource | None, group: str, tps: Sequence[TopicPartition]
+    kafka: KafkaAccess | None, group: str, tps: Sequence[TopicPartition]
 ) -> Mapping[TopicPartition, int | None] | None:
     """Kafka's committed offsets of `tps` in one request (None without Kafka)."""
     if kafka is None:
@@ -297,7 +297,7 @@ def _repair(
     audit: PartitionAudit,
     layouts: dict[str, SinkLayout],
     fs: ArrowFs,
-    kafka: KafkaResource | None,
+    kafka: KafkaAccess | None,
 ) -> PartitionAudit:
     """Apply the audit's safe repairs, then audit the partition again: what is left is reported."""
     done: list[str] = []
@@ -315,7 +315,7 @@ def _repair(
                     f"{piece.until_offset}) with {rows} rows; replay the offsets to rebuild it (docs/replay.md)"
                 )
     if kafka is not None and any(f.repair == MIRROR for f in audit.findings) and audit.head is not None:
-        kafka.get_mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, audit.head, audit.head)], run_id=None)
+        kafka.mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, audit.head, audit.head)], run_id=None)
         done.append(f"mirrored offset {audit.head} to Kafka")
     if not done:
         return audit

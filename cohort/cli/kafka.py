@@ -1,4 +1,4 @@
-"""Kafka for the `cohort` commands: a `KafkaResource` from `--bootstrap-servers` (a bad value is a usage error) and
+"""Kafka for the `cohort` commands: a `KafkaAccess` from `--bootstrap-servers` (a bad value is a usage error) and
 Kafka's failures as one short line naming how long the command waited (librdkafka's own log lines silenced)."""
 
 from __future__ import annotations
@@ -10,24 +10,21 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from cohort.resources.kafka import KafkaResource
+    from cohort.runtime.kafka_access import KafkaAccess
 
 __all__ = ["kafka_errors", "kafka_for"]
 
 
-def kafka_for(bootstrap_servers: str, timeout_s: float) -> KafkaResource:
-    """The Kafka resource a command talks through, each request bounded by `timeout_s`."""
-    from pydantic import ValidationError
-
-    from cohort.resources.kafka import KafkaResource
+def kafka_for(bootstrap_servers: str, timeout_s: float) -> KafkaAccess:
+    """The Kafka a command talks to, each request bounded by `timeout_s`."""
+    from cohort.runtime.kafka_access import KafkaAccess, parse_bootstrap
 
     try:
-        return KafkaResource(
-            bootstrap_servers=bootstrap_servers, request_timeout_s=timeout_s, extra_config={"log_level": "0"}
-        )
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint="'--bootstrap-servers'") from None
+        bootstrap = parse_bootstrap(bootstrap_servers)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--bootstrap-servers'") from None
+    config = {"bootstrap.servers": bootstrap, "security.protocol": "PLAINTEXT", "client.id": "cohort", "log_level": "0"}
+    return KafkaAccess(config, request_timeout_s=timeout_s)
 
 
 @contextmanager

@@ -127,7 +127,7 @@ def reset_group(
     target = options.target(now or datetime.now(UTC))
     selection = options.selection()
     kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
-    mirror = KafkaOffsetMirror(kafka.client_config(), attempts=3, timeout_s=_KAFKA_TIMEOUT_S)
+    mirror = KafkaOffsetMirror(dict(kafka.config), attempts=3, timeout_s=_KAFKA_TIMEOUT_S)
     try:
         with kafka_errors(_KAFKA_TIMEOUT_S):
             if options.all_topics:
@@ -145,7 +145,7 @@ def reset_group(
                     ledger,
                     target,
                     partitions,
-                    kafka.client_config(),
+                    dict(kafka.config),
                     mirror,
                     reason=reason,
                     execute=execute,

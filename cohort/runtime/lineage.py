@@ -8,15 +8,17 @@ the keys are the same (`cohort/<field>`, docs/metadata.md), so both trails read 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from cohort.assignment.ledger.trail import TrailReading
+from cohort.assignment.ledger.trail_reader import unreported
 from cohort.assignment.protocol.messages import LedgerEntry
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 
-__all__ = ["METADATA_PREFIX", "ConsumedRange", "consumed_ranges", "reported_range"]
+__all__ = ["METADATA_PREFIX", "ConsumedRange", "consumed_ranges", "reported_range", "unreported_ranges"]
 
 METADATA_PREFIX = "cohort/"
 
@@ -146,3 +148,28 @@ def reported_range(
         run_id=run_id,
         reported_by=reported_by,
     )
+
+
+def unreported_ranges(
+    readings: Mapping[TopicPartition, TrailReading],
+    ours: Callable[[LedgerEntry], bool],
+    *,
+    group: str,
+    reported_by: str,
+) -> list[ConsumedRange]:
+    """The ranges a run reports at its start (both faces): those the ledger holds and no event of the trail shows
+    that `ours` says are this run's to report, each recorded as the run that committed it would have (its
+    generation, member, slot and run), in partition and ledger order. A run killed between its ledger commit and
+    its events leaves such ranges; the slot's next run closes the gap."""
+    return [
+        reported_range(
+            entry,
+            group=group,
+            generation=entry.generation,
+            member=entry.member_id or "",
+            instance_id=entry.instance_id or "",
+            run_id=entry.run_id or "unknown",
+            reported_by=reported_by,
+        )
+        for entry in unreported(readings, ours)
+    ]

@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
@@ -41,12 +41,14 @@ from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spark import is_connect
 from cohort.pipelines.spec import PipelineSpec
+from cohort.runtime.kafka_access import KafkaAccess
 
 __all__ = [
     "MAX_ATTEMPTS",
     "BatchRunner",
     "SlotBatch",
     "SlotLog",
+    "SlotRun",
     "awaiting_executors",
     "new_partitions",
     "progress_reporter",
@@ -102,6 +104,8 @@ class SlotBatch:
     attempts: int
     replayed: frozenset[TopicPartition] = frozenset()
     member: GroupMember | None = field(default=None, compare=False, repr=False)
+    lag_after: Mapping[TopicPartition, int] = field(default_factory=dict)
+    """Records left behind per consumed partition once the batch committed (0 when caught up)."""
 
     def leave(self, *, leave_group: bool = True) -> None:
         """End the membership: leave the group, or keep the static membership (`leave_group=False`)."""
@@ -180,85 +184,97 @@ def progress_reporter(member: GroupMember, session: Any, interval_s: float) -> I
         thread.join()
 
 
-def run_slot_batch(
-    member: GroupMember,
-    slot: int,
-    *,
-    spark: Callable[[], SparkSession],
-    pipeline: PipelineSpec,
-    kafka_config: Mapping[str, Any],
-    partition_counts: Callable[[set[str]], Mapping[str, int]],
-    run_id: str,
-    log: SlotLog,
-    mirror: OffsetMirror | None = None,
-    runner: BatchRunner | None = None,
-    on_assignment: Callable[[Sequence[TopicPartition], Mapping[str, int]], None] | None = None,
-    before_batch: Callable[[GroupMember, Sequence[TopicPartition]], Collection[TopicPartition]] | None = None,
-    leave_group: bool = True,
-) -> SlotBatch:
-    """Start Spark, join as worker slot `slot` (`member` is its static member, not yet joined), run the batch on the
-    assignment (rejoining after a rebalance), and return with the member still in the group.
+@dataclass(frozen=True)
+class SlotRun:
+    """What one worker slot's batch needs, built once per run by its face (Dagster's op, Airflow's task).
 
     `spark` gives the session (started on first use: called before the member joins, so the start does not count
-    against the progress timeout); `partition_counts` the assigned topics' partition counts;
-    `on_assignment` sees each assignment with those counts before its batch (Dagster registers partition keys);
-    `before_batch` runs first on each assignment and answers the partitions it reset for a replay. On an error
-    the member is closed when this raises: it left the group if `leave_group` (the slot's `leave_on_finish`), and
-    never when a newer instance of the slot fenced it (the membership is that instance's now).
+    against the progress timeout); `on_assignment` sees each assignment with its topics' partition counts before
+    its batch (Dagster registers partition keys); `before_batch` runs first on each assignment and answers the
+    partitions it reset for a replay; `leave_group` says whether a member that fails leaves the group (the slot's
+    `leave_on_finish`); `runner` replaces `run_batch` (tests, fault scenarios)."""
+
+    slot: int
+    run_id: str
+    pipeline: PipelineSpec
+    kafka: KafkaAccess
+    spark: Callable[[], SparkSession]
+    log: SlotLog
+    leave_group: bool = True
+    runner: BatchRunner | None = None
+    on_assignment: Callable[[Sequence[TopicPartition], Mapping[str, int]], None] | None = None
+    before_batch: Callable[[GroupMember, Sequence[TopicPartition]], Collection[TopicPartition]] | None = None
+
+
+def run_slot_batch(member: GroupMember, run: SlotRun) -> SlotBatch:
+    """Start Spark, join as worker slot `run.slot` (`member` is its static member, not yet joined), run the batch on
+    the assignment (rejoining after a rebalance), and return with the member still in the group.
+
+    On an error the member is closed when this raises: it left the group if `run.leave_group`, and never when a
+    newer instance of the slot fenced it (the membership is that instance's now).
     """
-    batch = runner if runner is not None else run_batch
-    group = member.group
-    started = time.monotonic()
-    attempts = 0
-    replayed: set[TopicPartition] = set()
+    group, slot, log = member.group, run.slot, run.log
     try:
-        session = spark()  # before joining: a member holds partitions only once it can work on them
-        log.info(f"group {group!r} slot {slot}: Spark ready after {time.monotonic() - started:.1f} s; joining")
-        assignment = member.join()
-        while True:
-            attempts += 1
-            log.info(
-                f"group {group!r} slot {slot}: member {member.member_id} generation {member.generation}, "
-                f"assigned {[str(tp) for tp in assignment]} after {time.monotonic() - started:.1f} s"
-            )
-            if not assignment:
-                result = None
-                break
-            counts = partition_counts({tp.topic for tp in assignment})
-            if on_assignment is not None:
-                on_assignment(assignment, counts)
-            try:
-                if before_batch is not None:
-                    replayed |= set(before_batch(member, assignment))
-                # a cooperative rebalance meanwhile keeps the partitions it moves away until the batch ends
-                with member.processing(assignment), progress_reporter(member, session, member.heartbeat_interval):
-                    result = batch(
-                        session,
-                        pipeline,
-                        kafka_config,
-                        list(assignment),
-                        member,
-                        mirror=mirror,
-                        run_id=run_id,
-                        group=group,
-                        new_partitions=new_partitions(member, assignment, counts),
-                    )
-            except REBALANCED as exc:
-                if attempts >= MAX_ATTEMPTS:
-                    raise
-                log.warning(f"group {group!r} slot {slot}: {exc.code}; rejoining ({attempts})")
-                assignment = member.ensure_active()
-                continue
-            if result.mirror_error:
-                log.warning(f"Kafka mirror of the commit failed (the ledger's commit stands): {result.mirror_error}")
-            break
+        done = _join_and_run(member, run)
+        result = done.result
+        lag = result.lag_after(run.kafka.end_offsets([p.topic_partition for p in result.partitions])) if result else {}
     except FencedInstanceIdError:
         log.error(f"group {group!r} slot {slot} was fenced: another live run holds {member.instance_id}")
         member.close(leave=False)
         raise
     except BaseException:
-        member.close(leave=leave_group)
+        member.close(leave=run.leave_group)
         raise
+    return replace(done, lag_after=lag)
+
+
+def _join_and_run(member: GroupMember, run: SlotRun) -> SlotBatch:
+    """`run_slot_batch`'s steps: Spark, the join, then the batch on each assignment until one is not rebalanced."""
+    batch = run.runner if run.runner is not None else run_batch
+    group, slot, log = member.group, run.slot, run.log
+    started = time.monotonic()
+    attempts = 0
+    replayed: set[TopicPartition] = set()
+    session = run.spark()  # before joining: a member holds partitions only once it can work on them
+    log.info(f"group {group!r} slot {slot}: Spark ready after {time.monotonic() - started:.1f} s; joining")
+    assignment = member.join()
+    result: BatchResult | None = None
+    while True:
+        attempts += 1
+        log.info(
+            f"group {group!r} slot {slot}: member {member.member_id} generation {member.generation}, "
+            f"assigned {[str(tp) for tp in assignment]} after {time.monotonic() - started:.1f} s"
+        )
+        if not assignment:
+            break
+        counts = run.kafka.partition_counts({tp.topic for tp in assignment})
+        if run.on_assignment is not None:
+            run.on_assignment(assignment, counts)
+        try:
+            if run.before_batch is not None:
+                replayed |= set(run.before_batch(member, assignment))
+            # a cooperative rebalance meanwhile keeps the partitions it moves away until the batch ends
+            with member.processing(assignment), progress_reporter(member, session, member.heartbeat_interval):
+                result = batch(
+                    session,
+                    run.pipeline,
+                    run.kafka.config,
+                    list(assignment),
+                    member,
+                    mirror=run.kafka.mirror(),
+                    run_id=run.run_id,
+                    group=group,
+                    new_partitions=new_partitions(member, assignment, counts),
+                )
+        except REBALANCED as exc:
+            if attempts >= MAX_ATTEMPTS:
+                raise
+            log.warning(f"group {group!r} slot {slot}: {exc.code}; rejoining ({attempts})")
+            assignment = member.ensure_active()
+            continue
+        if result.mirror_error:
+            log.warning(f"Kafka mirror of the commit failed (the ledger's commit stands): {result.mirror_error}")
+        break
     return SlotBatch(
         slot=slot,
         member_id=member.member_id or "",

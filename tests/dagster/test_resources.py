@@ -149,7 +149,7 @@ def test_each_resource_owns_its_clients_and_closes_them_at_teardown(sqlite_url, 
     assert job.execute_in_process().success
     kafka, group = opened["kafka"], opened["group"]
     assert isinstance(kafka, KafkaResource) and isinstance(group, CohortGroupResource)
-    assert kafka._admin is None and not kafka._consumers  # released at teardown
+    assert kafka._access is None  # its admin client and consumers released at teardown
     assert group._coordinators == {}  # closed at teardown
     assert group.get_coordinator() is not opened["coordinator"]  # a later use opens a new one
     group.close()

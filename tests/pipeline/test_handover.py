@@ -17,7 +17,8 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
-from cohort.runtime.slot_batch import run_slot_batch
+from cohort.runtime.kafka_access import KafkaAccess
+from cohort.runtime.slot_batch import SlotRun, run_slot_batch
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 LOG = logging.getLogger("tests.handover")
@@ -54,18 +55,8 @@ def test_a_member_joining_mid_batch_gets_the_busy_members_partitions_only_after_
         return run
 
     def slot_batch(slot_member: GroupMember, slot: int, name: str, pause: bool) -> Any:
-        return run_slot_batch(
-            slot_member,
-            slot,
-            spark=lambda: spark,
-            pipeline=spec,
-            kafka_config=kafka_config,
-            partition_counts=lambda topics: dict.fromkeys(topics, 4),
-            run_id=name,
-            log=LOG,
-            runner=runner(name, pause),
-            leave_group=False,
-        )
+        run = SlotRun(slot, name, spec, KafkaAccess(kafka_config), lambda: spark, LOG, False, runner(name, pause))
+        return run_slot_batch(slot_member, run)
 
     busy, joiner = member(1, "run-a"), member(2, "run-b")
     with ThreadPoolExecutor(1) as pool:

@@ -15,9 +15,9 @@ from cohort.assignment.member import GroupMember
 from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.assignment.settings import MemberSettings
 from cohort.common.types import TopicPartition
-from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 from cohort.pipelines.spec import PipelineSpec
-from cohort.runtime.slot_batch import SlotBatch, awaiting_executors, run_slot_batch
+from cohort.runtime.kafka_access import KafkaAccess
+from cohort.runtime.slot_batch import SlotBatch, SlotRun, awaiting_executors, run_slot_batch
 from tests.pipeline.conftest import ORDER_SCHEMA, order
 
 PROGRESS_TIMEOUT_S = 5.0
@@ -55,17 +55,9 @@ def test_a_slow_spark_start_is_not_counted_against_the_progress_timeout(
 
     def slot() -> None:
         try:
-            outcome["done"] = run_slot_batch(
-                member,
-                1,
-                spark=slow_spark,
-                pipeline=PipelineSpec(sink_path=str(lake), value_schema=ORDER_SCHEMA),
-                kafka_config=kafka_config,
-                partition_counts=lambda topics: dict.fromkeys(topics, 2),
-                run_id="run-1",
-                log=log,
-                mirror=KafkaOffsetMirror(kafka_config),
-            )
+            pipeline = PipelineSpec(sink_path=str(lake), value_schema=ORDER_SCHEMA)
+            run = SlotRun(1, "run-1", pipeline, KafkaAccess(kafka_config), slow_spark, log)
+            outcome["done"] = run_slot_batch(member, run)
         except BaseException as exc:  # reported below
             outcome["error"] = exc
 
