@@ -1,5 +1,6 @@
 """What a table-sink batch does before it reads: compare each partition's ledger position with the two tables'
-marks and decide, with plain values, how to bring them together (cohort.pipelines.tables.batch applies it).
+marks and decide, with plain values, how to bring them together (cohort.pipelines.tables.batch.reconcile_tables
+applies it).
 
 The commit order of a table batch is quarantine table, sink table, ledger, Kafka. A batch that died (or was
 fenced) between two of these steps leaves the tables ahead of the ledger, never behind:
