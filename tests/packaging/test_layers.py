@@ -10,6 +10,7 @@ lazy import cannot slip a Dagster or Airflow dependency into the core.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,40 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 """Folder -> the modules (and their submodules) no file in it may import."""
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+@dataclass(frozen=True)
+class Imported:
+    """One module an import statement names: `import module` (no `names`) or `from module import names`."""
+
+    line: int
+    module: str
+    names: tuple[str, ...]
+    typing_only: bool
+    """Under `if TYPE_CHECKING:` (not imported when the code runs)."""
+
+
+def import_statements(path: Path) -> list[Imported]:
+    """Every absolute import of `path`, at module level or inside a function: the one walker both checks read."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found += [Imported(node.lineno, alias.name, (), id(node) in typing_only) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+            names = tuple(alias.name for alias in node.names)
+            found.append(Imported(node.lineno, node.module, names, id(node) in typing_only))
     return found
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of `path`, typing-only ones included: a layer rule holds for those too."""
+    return [(i.line, i.module) for i in import_statements(path)]
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
@@ -104,25 +131,14 @@ def _modules() -> dict[str, Path]:
 
 
 def _dependencies(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules `path` imports, at module level or in a function (not under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for statement in node.body
-        for inner in ast.walk(statement)
-    }
+    """The package's modules `path` imports when it runs (module level or in a function, not under TYPE_CHECKING);
+    `from package import module` counts as importing the module."""
     found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
+    for i in import_statements(path):
+        if i.typing_only:
             continue
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                      for a in node.names}  # fmt: skip
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-    return {name for name in found if name in modules}
+        found |= {f"{i.module}.{n}" if f"{i.module}.{n}" in modules else i.module for n in i.names or ("",)}
+    return found & modules.keys()
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
