@@ -48,7 +48,8 @@ from cohort.assignment.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from cohort.assignment.protocol.backlog import LogOffsets, backlog_from_offsets, run_assignor, uses_backlog
+from cohort.assignment.member_sync import leader_sync, settle_sync
+from cohort.assignment.protocol.backlog import LogOffsets
 from cohort.assignment.protocol.messages import (
     JoinComplete,
     JoinPending,
@@ -56,6 +57,7 @@ from cohort.assignment.protocol.messages import (
     SyncComplete,
     SyncPending,
 )
+from cohort.assignment.rebalance_hooks import RebalanceListener
 from cohort.assignment.settings import MemberSettings
 from cohort.assignment.types import COOPERATIVE, EAGER, Assignor
 from cohort.common.types import OffsetRange, TopicPartition
@@ -63,23 +65,6 @@ from cohort.common.types import OffsetRange, TopicPartition
 __all__ = ["GroupMember", "JoinTimeoutError", "RebalanceListener"]
 
 log = logging.getLogger(__name__)
-
-
-class RebalanceListener:
-    """Rebalance hooks, Kafka's ConsumerRebalanceListener; override the ones you need.
-
-    `on_partitions_revoked` is the place to commit what was processed before a partition moves;
-    `on_partitions_lost` must not commit (the partitions may already have a new owner).
-    """
-
-    def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
-        """Partitions this member must stop processing (still owned: commits are accepted)."""
-
-    def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
-        """Partitions newly given to this member (all of them under eager, the added ones under cooperative)."""
-
-    def on_partitions_lost(self, lost: Sequence[TopicPartition]) -> None:
-        """Partitions this member lost without a clean revocation (expired, evicted): do not commit."""
 
 
 class JoinTimeoutError(TimeoutError):
@@ -390,26 +375,27 @@ class GroupMember:
             synced = self._sync_until_complete(joined, deadline)
             if synced is None:
                 continue
-            new, old = set(synced.assignment), set(self._owned)
-            revoked, added = sorted(old - new), sorted(new - old)
             with self._state:
                 self._generation = synced.generation
                 self._leader_id = joined.leader_id
                 self._protocol = synced.rebalance_protocol
                 self._epoch += 1
-                busy = self._protocol == COOPERATIVE and any(tp in self._in_flight for tp in revoked)
-            if busy:  # a batch reads them: keep them owned until it ends (`processing` releases them then)
+                cooperative = self._protocol == COOPERATIVE
+                settled = settle_sync(
+                    self._owned, synced.assignment, cooperative=cooperative, in_flight=self._in_flight
+                )
+            if settled.held_back:  # a batch reads them: keep them owned until it ends (`processing` releases them)
                 with self._state:
-                    self._held_back = tuple(revoked)
-                    self._owned = tuple(sorted(new | set(revoked)))
-                self.listener.on_partitions_assigned(added)
+                    self._held_back = settled.held_back
+                    self._owned = settled.owned
+                self.listener.on_partitions_assigned(list(settled.added))
                 return
-            if revoked:
-                self.listener.on_partitions_revoked(revoked)
+            if settled.revoked:
+                self.listener.on_partitions_revoked(list(settled.revoked))
             with self._state:
-                self._owned = tuple(sorted(new))
-            self.listener.on_partitions_assigned(added)
-            if not revoked:
+                self._owned = settled.owned
+            self.listener.on_partitions_assigned(list(settled.added))
+            if not settled.revoked:
                 return
             # Release the revoked partitions by rejoining: their new owner gets them in the follow-up round.
 
@@ -445,21 +431,9 @@ class GroupMember:
             return answer
 
     def _sync_until_complete(self, joined: JoinComplete, deadline: float | None) -> SyncComplete | None:
-        assignment = None
-        offsets = None
-        if joined.is_leader and not joined.skip_assignment:
-            subscriptions = {m.member_id: m.subscription for m in joined.members}
-            topics = {t for s in subscriptions.values() for t in s.topics}
-            counts = {t: n for t, n in joined.partitions_per_topic.items() if t in topics}
-            local = self._local_assignors.get(joined.protocol)
-            offsets = self._leader_log_offsets(local, joined.protocol, counts)
-            if local is not None:
-                backlog = None
-                if offsets is not None:
-                    committed = self.coordinator.fetch_offsets(self.group, sorted(offsets))
-                    backlog = backlog_from_offsets(offsets, committed)
-                assignment = run_assignor(local, counts, subscriptions, backlog)
-                offsets = None
+        """Sync until the assignment is ready (the leader hands in its part first); None when the generation
+        moved on or the membership was lost meanwhile (rejoin)."""
+        handed = leader_sync(self.coordinator, self.group, joined, self._local_assignors, self._log_offsets)
         while True:
             self._check_deadline(deadline)
             try:
@@ -468,8 +442,8 @@ class GroupMember:
                     joined.member_id,
                     joined.generation,
                     instance_id=self.instance_id,
-                    assignment=assignment,
-                    log_offsets=offsets,
+                    assignment=handed.assignment,
+                    log_offsets=handed.log_offsets,
                 )
             except (RebalanceInProgressError, IllegalGenerationError):
                 return None
@@ -480,28 +454,6 @@ class GroupMember:
                 self._sleep(self.poll_interval)
                 continue
             return answer
-
-    def _leader_log_offsets(
-        self, local: Assignor | None, protocol: str, counts: Mapping[str, int]
-    ) -> LogOffsets | None:
-        """Kafka's (first, end) offsets of every subscribed partition when the elected assignor balances
-        backlog and this member can read them; None otherwise (or when reading them fails: count balance)."""
-        if self._log_offsets is None:
-            return None
-        try:
-            assignor = local if local is not None else self.coordinator.assignor(protocol)
-        except ValueError:  # the coordinator does not know it: the leader's own assignor or nothing
-            return None
-        if not uses_backlog(assignor):
-            return None
-        partitions = [TopicPartition(topic, p) for topic in sorted(counts) for p in range(counts[topic])]
-        try:
-            return dict(self._log_offsets(partitions))
-        except Exception as exc:  # Kafka unreachable: assign by partition counts rather than fail the rebalance
-            log.warning(
-                "group %r: no log offsets for the backlog-aware assignor (%s); balancing counts", self.group, exc
-            )
-            return None
 
     def _start_heartbeat(self) -> None:
         if self._thread is not None and self._thread.is_alive():
