@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import click
 
+from cohort.cli.options import JSON, STORE, group_name, sink_target
+from cohort.cli.store_access import open_coordinator, require_group
 from cohort.cli.tables import print_describe, print_table
 
 if TYPE_CHECKING:
-    from cohort.assignment.coordinator import Coordinator
     from cohort.common.types import TopicPartition
 
 __all__ = ["main"]
@@ -66,98 +66,8 @@ def _port_taken(port: int) -> bool:
 
 # ------------------------------------------------------------------------------------- operations
 
-_STORE = click.option(
-    "--store-url",
-    envvar="COHORT_STORE_URL",
-    default=None,
-    help="SQLAlchemy URL of the coordinator's store (env COHORT_STORE_URL; default: cohort/cohort.db in the "
-    "user's data directory, printed when used).",
-)
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
-
-
-def _sink_target(command: Callable[..., None]) -> Callable[..., None]:
-    """The options that name a group's sink (`audit`, `gc`): its root, quarantine, format and Iceberg table."""
-    options = [
-        click.option("--sink", "sink", required=True, help="The group's sink root (PipelineSpec.sink_path)."),
-        click.option("--quarantine", default=None, help="The quarantine root (default: <sink>/_quarantine)."),
-        click.option(
-            "--table-format",
-            type=click.Choice(["auto", "parquet", "delta", "iceberg"]),
-            default="auto",
-            show_default=True,
-            help="The sink's format (auto: a Delta log or Iceberg metadata under --sink, else Parquet range "
-            "directories).",
-        ),
-        click.option(
-            "--iceberg-catalog",
-            envvar="COHORT_ICEBERG_CATALOG",
-            default=None,
-            help="The Iceberg SQL catalog's SQLAlchemy URL (env COHORT_ICEBERG_CATALOG; default "
-            "<sink>/_catalog.sqlite).",
-        ),
-        click.option(
-            "--iceberg-table", default=None, help="The Iceberg table identifier (default cohort.<sink's name>)."
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 _KAFKA_TIMEOUT_S = 3.0
 """How long `describe --bootstrap-servers` waits for Kafka's answers before it gives up."""
-
-
-def _group_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Refuse an illegal group name before the command opens the store (so no file is created for it)."""
-    from cohort.common.names import InvalidNameError, validate_group_name
-
-    if value is None:
-        return None
-    try:
-        return validate_group_name(value)
-    except InvalidNameError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _store_url(store_url: str | None) -> str:
-    """The store to open: --store-url or COHORT_STORE_URL, else the default, which is named on stderr (the
-    JSON on stdout stays parseable)."""
-    if store_url:
-        return store_url
-    from cohort.assignment.worker_group import DEFAULT_STORE_URL
-
-    click.echo(f"store: {DEFAULT_STORE_URL} (the default; give --store-url or set COHORT_STORE_URL)", err=True)
-    return DEFAULT_STORE_URL
-
-
-@contextmanager
-def _coordinator(store_url: str | None) -> Iterator[Coordinator]:
-    """A coordinator on an existing store, closed after use. No command creates a store: one that does not
-    exist, cannot be reached or cannot be used is a short error, as is a database error while it runs."""
-    import sqlalchemy as sa
-
-    from cohort.assignment.coordinator import Coordinator
-    from cohort.assignment.errors import StoreError
-    from cohort.assignment.store.sql import SqlGroupStore
-
-    try:
-        coordinator = Coordinator(SqlGroupStore.from_url(_store_url(store_url), create=False))
-    except StoreError as exc:
-        raise click.ClickException(exc.message) from None
-    try:
-        yield coordinator
-    except sa.exc.SQLAlchemyError as exc:
-        cause = getattr(exc, "orig", None) or exc
-        raise click.ClickException(f"the store failed: {' '.join(str(cause).split())}") from None
-    finally:
-        coordinator.close()
-
-
-def _require_group(coordinator: Coordinator, group: str) -> None:
-    if coordinator.store.load(group) is None:
-        raise click.ClickException(f"group {group!r} does not exist")
 
 
 def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]]:
@@ -179,13 +89,13 @@ def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]],
 
 
 @main.command()
-@_STORE
-@_JSON
+@STORE
+@JSON
 def groups(store_url: str | None, as_json: bool) -> None:
     """List groups: state, members, generation, assignor."""
     from cohort.cli.ops import group_rows
 
-    with _coordinator(store_url) as coordinator:
+    with open_coordinator(store_url) as coordinator:
         rows = group_rows(coordinator)
     if as_json:
         click.echo(json.dumps(rows))
@@ -195,21 +105,21 @@ def groups(store_url: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("group", callback=_group_name)
-@_STORE
+@click.argument("group", callback=group_name)
+@STORE
 @click.option(
     "--bootstrap-servers",
     envvar="COHORT_BOOTSTRAP_SERVERS",
     default=None,
     help="Kafka bootstrap servers for log-end offsets and lag (env COHORT_BOOTSTRAP_SERVERS).",
 )
-@_JSON
+@JSON
 def describe(group: str, store_url: str | None, bootstrap_servers: str | None, as_json: bool) -> None:
     """Describe GROUP per partition, like `kafka-consumer-groups --describe`."""
     from cohort.cli.ops import describe_rows, reset_rows
 
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
+    with open_coordinator(store_url) as coordinator:
+        require_group(coordinator, group)
         ends = _end_offsets(bootstrap_servers) if bootstrap_servers else None
         described = coordinator.describe_group(group)
         rows = describe_rows(coordinator, group, ends)
@@ -229,8 +139,8 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
 
 
 @main.command("reset-offsets")
-@click.argument("group", callback=_group_name)
-@_STORE
+@click.argument("group", callback=group_name)
+@STORE
 @click.option(
     "--bootstrap-servers",
     envvar="COHORT_BOOTSTRAP_SERVERS",
@@ -247,7 +157,7 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
 @click.option("--by-duration", default=None, help="To the records of this long ago (ISO 8601: PT15M, P1DT6H).")
 @click.option("--reason", default="cohort reset-offsets", show_default=True, help="Why: recorded in the ledger.")
 @click.option("--execute", is_flag=True, help="Apply the plan (without it: a dry run that prints the plan).")
-@_JSON
+@JSON
 def reset_offsets(
     group: str,
     store_url: str | None,
@@ -283,15 +193,15 @@ def reset_offsets(
         shift_by=shift_by,
         by_duration=by_duration,
     )
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
+    with open_coordinator(store_url) as coordinator:
+        require_group(coordinator, group)
         reset_group(coordinator, group, bootstrap_servers, options, reason=reason, execute=execute, as_json=as_json)
 
 
 @main.command()
-@click.argument("group", callback=_group_name)
-@_STORE
-@_sink_target
+@click.argument("group", callback=group_name)
+@STORE
+@sink_target
 @click.option(
     "--bootstrap-servers",
     envvar="COHORT_BOOTSTRAP_SERVERS",
@@ -299,7 +209,7 @@ def reset_offsets(
     help="Kafka bootstrap servers, to compare Kafka's committed offsets too (env COHORT_BOOTSTRAP_SERVERS).",
 )
 @click.option("--repair", is_flag=True, help="Apply the safe repairs (needs the group without members).")
-@_JSON
+@JSON
 def audit(
     group: str,
     store_url: str | None,
@@ -323,16 +233,16 @@ def audit(
     from cohort.cli.audit import SinkTarget, audit_group
 
     target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
+    with open_coordinator(store_url) as coordinator:
+        require_group(coordinator, group)
         clean = audit_group(coordinator, group, target, bootstrap_servers, repair=repair, as_json=as_json)
     if not clean:
         raise SystemExit(1)
 
 
 @main.command()
-@click.argument("group", callback=_group_name)
-@_STORE
+@click.argument("group", callback=group_name)
+@STORE
 @click.option(
     "--before",
     default="P30D",
@@ -347,7 +257,7 @@ def audit(
     help="Group events kept whatever their age (the newest ones).",
 )
 @click.option("--execute", is_flag=True, help="Apply the plan (without it: a dry run that prints the plan).")
-@_JSON
+@JSON
 def compact(group: str, store_url: str | None, before: str, keep_events: int, execute: bool, as_json: bool) -> None:
     """Fold GROUP's old ledger ranges into one summary range per partition and drop its old events.
 
@@ -360,15 +270,15 @@ def compact(group: str, store_url: str | None, before: str, keep_events: int, ex
     from cohort.cli.compact import compact_group, now, parse_cutoff
 
     cutoff = parse_cutoff(before, now())
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
+    with open_coordinator(store_url) as coordinator:
+        require_group(coordinator, group)
         compact_group(coordinator, group, cutoff, keep_events=keep_events, execute=execute, as_json=as_json)
 
 
 @main.command()
-@click.argument("group", callback=_group_name)
-@_STORE
-@_sink_target
+@click.argument("group", callback=group_name)
+@STORE
+@sink_target
 @click.option(
     "--grace",
     default="PT1H",
@@ -376,7 +286,7 @@ def compact(group: str, store_url: str | None, before: str, keep_events: int, ex
     help="How long a staging area must have been left unchanged (an ISO 8601 duration: PT1H, P1D).",
 )
 @click.option("--execute", is_flag=True, help="Delete (without it: a dry run that prints what would go).")
-@_JSON
+@JSON
 def gc(
     group: str,
     store_url: str | None,
@@ -403,19 +313,19 @@ def gc(
 
     grace_s = parse_grace(grace)
     target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
-    with _coordinator(store_url) as coordinator:
-        _require_group(coordinator, group)
+    with open_coordinator(store_url) as coordinator:
+        require_group(coordinator, group)
         gc_group(coordinator, group, target, now=time.time(), grace_s=grace_s, execute=execute, as_json=as_json)
 
 
 @main.command()
-@click.argument("group", callback=_group_name)
-@_STORE
+@click.argument("group", callback=group_name)
+@STORE
 def delete(group: str, store_url: str | None) -> None:
     """Delete GROUP and its offset ledger; refused while members are live."""
     from cohort.assignment.errors import CoordinatorError, GroupIdNotFoundError
 
-    with _coordinator(store_url) as coordinator:
+    with open_coordinator(store_url) as coordinator:
         try:
             coordinator.delete_group(group)
         except GroupIdNotFoundError:
@@ -427,9 +337,9 @@ def delete(group: str, store_url: str | None) -> None:
 
 @main.command()
 @click.option(
-    "--group", "group", default=None, callback=_group_name, help="Start from this live group's members and assignment."
+    "--group", "group", default=None, callback=group_name, help="Start from this live group's members and assignment."
 )
-@_STORE
+@STORE
 @click.option("--members", type=click.IntRange(1, 100_000), default=None, help="A synthetic group of N members.")
 @click.option("--partitions", "partitions", multiple=True, help="TOPIC:COUNT for a synthetic group (repeatable).")
 @click.option(
@@ -444,7 +354,7 @@ def delete(group: str, store_url: str | None) -> None:
 )
 @click.option("--leave", multiple=True, help="A member that leaves (id, instance id or member-N).")
 @click.option("--join", "joins", type=click.IntRange(0, 10_000), default=0, help="How many members join.")
-@_JSON
+@JSON
 def simulate(
     group: str | None,
     store_url: str | None,
@@ -458,18 +368,19 @@ def simulate(
 ) -> None:
     """What-if: which partitions move if members leave or join, under the chosen assignor."""
     from cohort.cli.ops import live_group_state, simulate_change
+    from cohort.cli.simulate import parse_counts, print_plan, read_backlog
 
     current = subscriptions = None
-    backlog = _read_backlog(backlog_file) if backlog_file else None
+    backlog = read_backlog(backlog_file) if backlog_file else None
     try:
         if group is not None:
-            with _coordinator(store_url) as coordinator:
-                _require_group(coordinator, group)
+            with open_coordinator(store_url) as coordinator:
+                require_group(coordinator, group)
                 counts, names, current, subscriptions = live_group_state(coordinator, group)
         else:
             if not members or not partitions:
                 raise click.UsageError("give --group, or --members N with --partitions TOPIC:COUNT")
-            counts = _parse_counts(partitions)
+            counts = parse_counts(partitions)
             names = [f"member-{i}" for i in range(1, members + 1)]
         added = [f"new-member-{i}" for i in range(1, joins + 1)]
         plan = simulate_change(
@@ -484,63 +395,4 @@ def simulate(
         )
     except ValueError as exc:  # unknown assignor or member, bad counts
         raise click.ClickException(str(exc)) from exc
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "assignor": plan.assignor,
-                    "rounds": plan.rounds,
-                    "moved": [{"topic": t, "partition": p, "from": a, "to": b} for t, p, a, b in plan.moved],
-                    "after": {m: [str(tp) for tp in tps] for m, tps in plan.after.items()},
-                    "backlog": {m: {"before": b, "after": a} for m, (b, a) in plan.records.items()},
-                }
-            )
-        )
-        return
-    every = sorted(set(plan.before) | set(plan.after))
-    rows = [[m, len(plan.before.get(m, ())), len(plan.after.get(m, ()))] for m in every]
-    headers = ["MEMBER", "BEFORE", "AFTER"]
-    if plan.records:
-        headers += ["BACKLOG BEFORE", "BACKLOG AFTER"]
-        rows = [[*row, *plan.records.get(str(row[0]), (0, 0))] for row in rows]
-    print_table(f"Assignor {plan.assignor}: {len(plan.moved)} partition(s) move", headers, rows)
-    print_table("Moves", ["TOPIC", "PARTITION", "FROM", "TO"], [list(m) for m in plan.moved])
-
-
-def _read_backlog(path: str) -> dict[TopicPartition, int]:
-    """A JSON object of "TOPIC:PARTITION" -> records left; a bad file is a usage error naming the problem."""
-    from pathlib import Path
-
-    from cohort.common.types import TopicPartition
-
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--backlog") from None
-    if not isinstance(raw, dict):
-        raise click.BadParameter('expected a JSON object {"TOPIC:PARTITION": records}', param_hint="--backlog")
-    backlog: dict[TopicPartition, int] = {}
-    for key, records in raw.items():
-        topic, _, number = str(key).rpartition(":")
-        if (
-            not topic
-            or not number.isdigit()
-            or isinstance(records, bool)
-            or not isinstance(records, int)
-            or records < 0
-        ):
-            raise click.BadParameter(
-                f"expected TOPIC:PARTITION -> records >= 0, got {key!r}: {records!r}", param_hint="--backlog"
-            )
-        backlog[TopicPartition(topic, int(number))] = records
-    return backlog
-
-
-def _parse_counts(items: tuple[str, ...]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        topic, _, count = item.rpartition(":")
-        if not topic or not count.isdigit() or int(count) < 1:
-            raise click.BadParameter(f"expected TOPIC:COUNT with COUNT >= 1, got {item!r}", param_hint="--partitions")
-        counts[topic] = int(count)
-    return counts
+    print_plan(plan, as_json=as_json)
