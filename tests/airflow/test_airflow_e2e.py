@@ -155,6 +155,7 @@ def deploy(tmp_path: Path, kafka_config: dict[str, Any]) -> Iterator[Any]:
 
 
 @pytest.mark.timeout(900)  # Airflow's processes start in minutes on a loaded 2-core machine
+@pytest.mark.slow
 def test_two_slots_land_a_topic_once_with_airflow_processes_and_the_cli_sees_the_group(
     deploy, kafka_config, topic_factory, produce_records
 ):

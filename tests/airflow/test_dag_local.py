@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.protocol.group_state import CLEAN_LEAVE, EventKind
@@ -82,6 +83,7 @@ dag = cohort_dag(  # the same group, every batch failing, no retries: each slot'
 """
 
 
+@pytest.mark.slow
 def test_a_slot_failing_its_last_try_is_evicted_so_the_trigger_reruns_it(
     tmp_path: Path, kafka_config, topic_factory, produce_records
 ):

@@ -82,6 +82,7 @@ def driver_only(modules: list[str]) -> list[str]:
     return [m for m in modules if m.split(".")[0].startswith("dagster") or m.startswith(DRIVER_ONLY)]
 
 
+@pytest.mark.slow
 def test_batch_on_two_workers_lands_every_record_once(
     spark_cluster: SparkStandaloneCluster, kafka_config, topic_factory, produce_records, sqlite_url, tmp_path
 ):

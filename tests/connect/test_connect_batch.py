@@ -136,6 +136,7 @@ def exactly_once(out: dict[str, Any], produced: dict[int, int]) -> None:
     assert seen == [(p, o) for p in sorted(produced) for o in range(produced[p])]
 
 
+@pytest.mark.slow
 def test_the_session_is_remote_and_its_parallelism_is_the_servers(connect: ConnectClient) -> None:
     remote, first, again, refused = connect.call(session_facts)
     assert remote and first == again == 2  # the server's local[2]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pytest
 
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
@@ -167,6 +168,7 @@ def ranges_of(report: Mapping[str, Any], group: str, topic: str) -> dict[str, tu
     }
 
 
+@pytest.mark.slow
 def test_two_warm_runs_of_the_worker_job_on_one_connect_server(
     connect_server: SparkConnectServer,
     kafka_config: dict[str, Any],

@@ -191,6 +191,7 @@ def _tree(root: Path) -> list[str]:
     ("url", "expected"), BAD_STORES, ids=["unreachable", "unparseable", "dialect", "driver", "missing"]
 )
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+@pytest.mark.slow
 def test_every_command_names_a_bad_store_in_one_line(tmp_path, command, url, expected):
     done = _run(*command, "--store-url", url, cwd=tmp_path)
     _short(done, expected)

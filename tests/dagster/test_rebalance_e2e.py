@@ -9,6 +9,7 @@ import re
 import time
 
 import dagster as dg
+import pytest
 from pyspark.sql import functions as F
 
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, DagsterCohortTranslator
@@ -33,6 +34,7 @@ def _of(result, key):
     return [e.materialization for e in result.get_asset_materialization_events() if e.materialization.asset_key == key]
 
 
+@pytest.mark.slow
 def test_killed_slot_is_rerun_from_committed_offsets(
     make_setup, topic_factory, produce_records, instance, spark, tmp_path
 ):

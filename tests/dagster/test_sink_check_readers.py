@@ -7,6 +7,8 @@ offset reset whose replay has not run yet passes it, and is said."""
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cohort.assets.translator import CHECK_SINK, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.types import TopicPartition
@@ -17,6 +19,7 @@ from tests.dagster.test_worker import _checks
 T = DagsterCohortTranslator()
 
 
+@pytest.mark.slow
 def test_the_sink_check_names_copies_readers_read_and_passes_a_pending_replay(
     make_setup, topic_factory, produce_records, instance, spark
 ):

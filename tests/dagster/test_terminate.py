@@ -167,6 +167,7 @@ print(len(started), len(jvms()))
 """
 
 
+@pytest.mark.slow
 def test_the_spark_resource_stops_the_session_it_created_and_ends_its_jvm():
     """A process with no Spark session: a run's resource creates one, a second run's shares it, and the end of
     the last run (Dagster's resource teardown) stops it and ends its JVM while the process lives on."""

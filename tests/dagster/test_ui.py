@@ -58,6 +58,7 @@ def _sink_offsets(sink: Path) -> list[tuple[int, int]]:
 
 
 @pytest.mark.timeout(600)  # about 150 s on a quiet machine; a loaded one has taken over 300
+@pytest.mark.slow
 def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_config, produce_records, tmp_path: Path):
     if chromium_binary() is None:
         pytest.fail("chromium is not installed: run `make system-deps` (Debian's chromium)")

@@ -183,6 +183,7 @@ def _materialize_all_in_the_ui(
 # About 260 s on a shared 2-core machine (the walkthrough about 140, dg dev and the UI's batch the rest); kept
 # under the 1800 s the suite's runner allows, so a hang reports where it stood.
 @pytest.mark.timeout(1500)
+@pytest.mark.slow
 def test_the_dg_walkthrough_lands_its_topic(tmp_path: Path) -> None:
     """On a broker of its own: the guide's `orders` topic is the Python walkthrough's too (tests/docs/test_user_guide.py
     runs it on the session's broker), and each expects to find only its own records there."""

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -39,6 +40,7 @@ def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+@pytest.mark.slow
 def test_audit_names_each_divergence_and_repairs_only_what_is_safe(
     spark: Any,
     kafka_config: dict[str, Any],

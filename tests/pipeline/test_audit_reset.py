@@ -34,6 +34,7 @@ def _age(directory: Path, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("table_format", ["parquet", "delta", "iceberg"])
+@pytest.mark.slow
 def test_a_pending_replay_is_said_and_passes_then_the_replay_leaves_a_clean_audit(
     table_format: str,
     spark: Any,

@@ -17,6 +17,7 @@ from tests.pipeline.test_table_sinks import Died, die, expected, hook, records, 
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+@pytest.mark.slow
 def test_audit_of_a_table_sink_names_and_repairs_what_a_dead_batch_left(
     table_format: str,
     monkeypatch: pytest.MonkeyPatch,

@@ -34,6 +34,7 @@ def _merged(spec: PipelineSpec, tp: TopicPartition) -> list[DataFile]:
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+@pytest.mark.slow
 def test_compaction_keeps_replays_and_the_audit_exact(
     table_format: str,
     spark: Any,

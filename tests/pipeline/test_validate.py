@@ -59,6 +59,7 @@ def model_with(column: str, kwargs: dict, nullable: bool = True) -> type[pa.Data
 
 
 @pytest.mark.parametrize(("column", "kwargs"), FIELDS, ids=[f"{c}-{next(iter(k))}" for c, k in FIELDS])
+@pytest.mark.slow
 def test_row_verdicts_match_pandera(spark, column, kwargs):
     model = model_with(column, kwargs)
     reasons = failure_reasons(compile_model(model, SCHEMA), arrow_rows())

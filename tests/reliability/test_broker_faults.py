@@ -36,6 +36,7 @@ def _assert_failed_cleanly_then_recovered(seen: BrokerFaultObservation) -> None:
 
 
 @pytest.mark.parametrize("point", ["read", "plan"])
+@pytest.mark.slow
 def test_broker_down_mid_batch_fails_cleanly_and_the_rerun_consumes_everything_once(spark, tmp_path, point):
     """The broker becomes unreachable at the batch's first Fetch (its executor-side read) or first
     ListOffsets (its planning) and comes back after the run failed. Reading: every reading task waits

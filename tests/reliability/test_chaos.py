@@ -55,6 +55,7 @@ def test_chaos_in_memory(assignor: str, seed: int, steps: int) -> None:
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
+@pytest.mark.slow
 def test_chaos_on_sqlite_replays_the_in_memory_trace(assignor: str, sqlite_url: str) -> None:
     """The same seed on SQLite takes exactly the same path as in memory: same answers, same digest."""
     on_sqlite = simulate(21, 800, store_url=sqlite_url, assignor=assignor)

@@ -115,6 +115,7 @@ def test_read_committed_does_not_hide_aborted_records(kafka_config, topic):
     assert b"aborted" in _consume_all(kafka_config, topic, isolation="read_committed")
 
 
+@pytest.mark.slow
 def test_describe_consumer_groups_lists_no_members(kafka_config, topic, produce_records):
     """Workaround: Cohort reads membership from its own coordinator, never from Kafka's describe."""
     produce_records(topic, [(0, None, b"a")])
