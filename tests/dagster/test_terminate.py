@@ -186,7 +186,8 @@ def test_the_spark_resource_never_stops_a_session_it_did_not_create(spark):
     assert spark.range(3).count() == 3
 
 
-@pytest.mark.parametrize("slot", [1, pytest.param(None, marks=pytest.mark.slow)], ids=["slot-1", "all-slots"])
+@pytest.mark.slow
+@pytest.mark.parametrize("slot", [1, None], ids=["slot-1", "all-slots"])
 def test_terminating_a_worker_run_cancels_spark_ends_its_processes_and_leaves_the_group(
     kafka_config, produce_records, tmp_path, slot
 ):

@@ -23,7 +23,8 @@ PROCESSES = 8
 STEPS = 1000  # per process: the full 8 x 1,000 (about 30 s per backend on this shared 2-core host)
 
 
-@pytest.mark.parametrize("backend", [pytest.param("sqlite", marks=pytest.mark.slow), "postgres"])
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.timeout(240)
 def test_eight_processes_step_by_step_lose_nothing(backend: str, request: pytest.FixtureRequest) -> None:
     url = str(request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url"))

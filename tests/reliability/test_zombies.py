@@ -77,6 +77,7 @@ def test_a_stale_batch_never_replaces_output_committed_after_it_was_planned(
     coordinator.close()
 
 
+@pytest.mark.slow
 def test_a_worker_paused_past_its_session_is_fenced_when_it_resumes(spark, broker, tmp_path):
     """End to end (harness/reliability/zombie_scenarios.py): slot 1 is paused with SIGSTOP after reading its
     batch, the membership sensor (ManualClock past the session timeout) expires it and requests a rerun of
