@@ -138,7 +138,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def get_consumer(self, group_id: str = "cohort-metadata") -> Consumer:
         """A cached Consumer for `group_id` with auto-commit off (Cohort commits explicitly)."""
-        return self.access()._consumer(group_id)
+        return self.access().consumer(group_id)
 
     def get_mirror(self) -> KafkaOffsetMirror:
         """The `OffsetMirror` copying ledger commits to Kafka's committed offsets under the group id."""

@@ -104,7 +104,7 @@ class KafkaAccess:
         """Kafka's committed offsets of `group` (what `kafka-consumer-groups --describe` shows); None if none."""
         if not partitions:
             return {}
-        consumer = self._consumer(group)
+        consumer = self.consumer(group)
         try:
             answers = consumer.committed(
                 [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=self.request_timeout_s
@@ -113,7 +113,7 @@ class KafkaAccess:
             raise KafkaException(f"could not read the committed offsets of group {group!r}: {exc}") from None
         return {TopicPartition(a.topic, a.partition): (int(a.offset) if a.offset >= 0 else None) for a in answers}
 
-    def _consumer(self, group: str) -> Consumer:
+    def consumer(self, group: str) -> Consumer:
         """A cached Consumer for `group` with auto-commit off (Cohort commits explicitly)."""
         validate_group_name(group)
         consumer = self._consumers.get(group)
