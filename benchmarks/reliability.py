@@ -186,7 +186,7 @@ TABLE_FINDINGS = """## What the table matrix found
   the ranges it read itself (`BatchResult.committed`), and the rerun reports its lost run's ledger ranges
   (`unreported_materializations`) before its batch runs, so before the adoption. The next run of the slot
   reports them from the ledger; until then the audit trail has a hole (the offsets_contiguous check fails).
-  Open in the product; tests/reliability/test_table_fault_matrix.py xfails on exactly this problem."""
+  Open in the product; tests/assets/test_table_fault_matrix.py xfails on exactly this problem."""
 
 
 def render_tables(reports: list[FaultReport], command: str, seconds: float) -> str:
@@ -215,7 +215,7 @@ the sink table, then the ledger, then mirrors to Kafka (cohort.pipelines.tables.
 `lost` and `duplicated` are counted from the sink and quarantine tables as the format's own reader returns
 them (deltalake, pyiceberg), and again with the sink table's Arrow data read by DuckDB; the ledger, Kafka's
 committed offsets and the materializations are audited as for Parquet, and `cohort audit` (Kafka compared) must
-find nothing. `recovered in s` is measured as for Parquet. The test (tests/reliability/test_table_fault_matrix.py)
+find nothing. `recovered in s` is measured as for Parquet. The test (tests/assets/test_table_fault_matrix.py)
 also checks what the victim left: after staging, nothing in either table; after the quarantine commit, the
 victim's partitions in the quarantine table only (the next batch rolls them back); after the sink table commit,
 in both tables and not in the ledger (the next batch adopts the commit); after the ledger commit, in both tables

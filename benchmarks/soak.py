@@ -4,7 +4,7 @@ SIGKILLed, the broker made unreachable, one store transaction made to fail.
 
 Usage:
     python -m benchmarks.soak --minutes 30 --write    # the full soak; its figures go into benchmarks/RELIABILITY.md
-    python -m benchmarks.soak --minutes 3             # the short version (tests/reliability/test_soak.py runs it)
+    python -m benchmarks.soak --minutes 3             # the short version (tests/assets/test_soak.py runs it)
 
 What runs, all on 127.0.0.1 under a temporary directory:
 - PostgreSQL (the coordinator's store), the embedded broker behind a fault proxy (every client, the

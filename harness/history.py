@@ -201,7 +201,7 @@ def step_event(
     materialization: dg.AssetMaterialization, *, run_id: str, job_name: str, step_key: str, timestamp: float
 ) -> EventLogEntry:
     """The event log entry a run's step stores for a materialization it yields (the shape `execute_in_process`
-    leaves; tests/dagster/test_long_history.py compares the two)."""
+    leaves; tests/assets/test_long_history.py compares the two)."""
     node = NodeHandle(step_key, None)
     message = materialization.description or ""
     event = DagsterEvent(

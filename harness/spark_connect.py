@@ -13,7 +13,7 @@ when the JVM ends and their stdin closes.
 
 Why the client runs in another process: PySpark picks classic or Spark Connect columns and functions
 (`pyspark.sql.functions`) per process, and refuses a remote session where a classic one runs
-(SESSION_ALREADY_EXIST); the test process has one (tests/conftest.py's `spark`). `ConnectClient` starts one
+(SESSION_ALREADY_EXIST); the test process has one (tests/fixtures/spark.py's `spark`). `ConnectClient` starts one
 interpreter that opens the remote session with `cohort.pipelines.spark.build_session(remote=...)` and runs
 the calls it is given: `client.call(function, *args)` runs `function(session, *args)` there (function and
 arguments pickled with cloudpickle: a test's lambdas travel too) and returns its result, or raises its
@@ -66,7 +66,7 @@ SERVER_CONF = {
     "spark.sql.session.timeZone": "UTC",
     PYTHON_DAEMON[0]: PYTHON_DAEMON[1],
 }
-"""The server's settings: those of the tests' classic session (tests/conftest.py, LOCAL_DEFAULTS, and the worker
+"""The server's settings: those of the tests' classic session (tests/fixtures/spark.py, LOCAL_DEFAULTS, and the worker
 daemon that preloads the reading modules: the server's workers run this project's interpreter), loopback only."""
 
 

@@ -4,7 +4,7 @@ PySpark parses DDL through a running Spark session; a configuration file (a dg c
 where none runs (`dg check defs`, a code server), so this parser covers the schema grammar itself: columns
 `name type [NOT NULL] [COMMENT 'text']` (or `name: type`), backquoted names, the primitive types with their
 aliases, `decimal(p, s)`, `char(n)`, `varchar(n)`, `array<...>`, `map<..., ...>` and `struct<...>`.
-tests/pipeline/test_spec_settings.py checks it against Spark's own parser.
+tests/pipelines/test_spec_settings.py checks it against Spark's own parser.
 
 Example:
     >>> parse_ddl_schema("id BIGINT NOT NULL, tags ARRAY<STRING>").simpleString()

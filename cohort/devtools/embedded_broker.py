@@ -4,7 +4,7 @@ Used by the demo, the tests and `cohort broker`. It starts the binary, waits unt
 succeeds, and stops it cleanly (terminate, wait, kill after a timeout). The broker keeps everything in
 memory, so every start is a fresh, empty cluster.
 
-Known deviations of Tansu 0.6 from Apache Kafka (each pinned by tests/smoke/test_tansu_deviations.py, so an
+Known deviations of Tansu 0.6 from Apache Kafka (each pinned by tests/devtools/test_tansu_deviations.py, so an
 upgrade that changes one is noticed). Cohort's code is written for real Kafka and works around them:
 
 - No CreatePartitions: a topic cannot grow. Partition growth is tested through pattern subscriptions

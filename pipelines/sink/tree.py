@@ -1,7 +1,7 @@
 """What Parquet readers read under an output root (the sink's or the quarantine's), and what of it Cohort's layout
 does not account for: the audit's view of the sink as readers see it, whatever the names on disk.
 
-Readers of a directory of Parquet files (measured, not assumed; tests/unit/test_sink_tree.py keeps the rules):
+Readers of a directory of Parquet files (measured, not assumed; tests/pipelines/sink/test_tree.py keeps the rules):
 
 - **Spark** (`spark.read.parquet(root)`) reads every file of the tree, recursively and whatever its extension,
   except under a name starting with `.`, or with `_` unless the name holds `=` (`_x=1` is read), names ending in

@@ -156,6 +156,7 @@ def deploy(tmp_path: Path, kafka_config: dict[str, Any]) -> Iterator[Any]:
 
 @pytest.mark.timeout(900)  # Airflow's processes start in minutes on a loaded 2-core machine
 @pytest.mark.slow
+@pytest.mark.airflow_processes
 def test_two_slots_land_a_topic_once_with_airflow_processes_and_the_cli_sees_the_group(
     deploy, kafka_config, topic_factory, produce_records
 ):
@@ -203,6 +204,7 @@ def _held_batches(stall: Path, count: int) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.airflow_processes
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("retries", "stall_at"),
@@ -312,6 +314,7 @@ def test_a_slot_killed_mid_batch_is_finished_from_the_committed_offsets(
 
 
 @pytest.mark.slow
+@pytest.mark.airflow_processes
 @pytest.mark.timeout(900)
 def test_a_new_topic_matching_the_pattern_is_signalled_and_landed(deploy, kafka_config):
     prefix = f"af-new-{uuid.uuid4().hex[:8]}"

@@ -35,6 +35,8 @@ from tests.support.doc_blocks import replace_all, titled_blocks
 
 PAGE = "deployment.md"
 DAEMONS = ("master", "worker", "Spark Connect server")
+pytestmark = pytest.mark.spark_cluster  # the page starts its own master and worker
+
 SCRIPTS = ("use the cluster", "use Spark Connect")
 PORTS = ("7077", "8080", "8081", "15002")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

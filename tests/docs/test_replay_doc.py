@@ -142,6 +142,8 @@ def _landed(lake: Path) -> Counter[tuple[int, int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.spark
 @pytest.mark.timeout(1800)
 def test_the_documented_replays_read_the_chosen_partitions_again(tmp_path: Path) -> None:
     from cohort.devtools.embedded_broker import EmbeddedBroker

@@ -1,5 +1,5 @@
 """docs/transforms.md's blocks, run as written (the page's `schema` and `Orders` are the tests' orders) on rows
-shaped as the sink's (tests/pipeline/test_arrow_transform.py runs Arrow transforms through real batches)."""
+shaped as the sink's (tests/pipelines/tasks/test_arrow_transform.py runs Arrow transforms through real batches)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tests.pipeline.conftest import ORDER_SCHEMA, Order
+from tests.support.orders import ORDER_SCHEMA, Order
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "transforms.md"
 

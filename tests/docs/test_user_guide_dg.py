@@ -11,7 +11,7 @@ clicks through the UI like a user: on the topic asset's page, Materialize, All p
 the backfill's one run, hosting every worker slot, lands the new records, and the sink then holds every
 produced record once per time it was produced. The screenshots are kept in artifacts/
 (dagster-ui-NN-dg-<page>.png). What the blocks leave out is done here as the guide says: Cohort is installed
-in the project's `.venv` (tests/dagster/dg_support.py, without downloads) and `.env` holds the store, the sink
+in the project's `.venv` (tests/support/dg_projects.py, without downloads) and `.env` holds the store, the sink
 and the test's broker.
 """
 
@@ -36,15 +36,15 @@ import yaml  # type: ignore[import-untyped]  # no stubs installed; only safe_loa
 from cohort.assets.translator import DagsterCohortTranslator
 from cohort.devtools.embedded_broker import EmbeddedBroker, free_port
 from cohort.devtools.topics import partition_counts
-from tests.dagster.browser import chromium_binary, headless_chromium
-from tests.dagster.dg_support import activated, install_cohort
-from tests.dagster.ui_support import (
+from tests.support.browser import chromium_binary, headless_chromium
+from tests.support.dagster_ui import (
     Screenshots,
     launch_backfill_of_all,
     metadata_value,
     skip_community_dialog,
     wait_for_success,
 )
+from tests.support.dg_projects import activated, install_cohort
 from tests.support.doc_blocks import titled_blocks
 from tests.support.polling import poll
 from tests.support.processes import kill, marked
@@ -152,7 +152,7 @@ def _materialize_all_in_the_ui(
     url: str, dagster_home: str, group: str, topic: str, partitions: int, shots: Screenshots
 ) -> UiBatch:
     """On the topic asset's page: Materialize… -> All -> Launch backfill, as a user clicks it (as
-    tests/dagster/test_ui.py does on the Python-built demo); what the backfill's run did, once it succeeded."""
+    tests/assets/test_ui.py does on the Python-built demo); what the backfill's run did, once it succeeded."""
     keys = {str(p) for p in range(partitions)}
     with dg.DagsterInstance.from_config(dagster_home) as instance, headless_chromium() as page:
         # "All partitions" means the partition keys registered (by a batch or by the topic sensor's tick).
@@ -184,6 +184,10 @@ def _materialize_all_in_the_ui(
 # under the 1800 s the suite's runner allows, so a hang reports where it stood.
 @pytest.mark.timeout(1500)
 @pytest.mark.slow
+@pytest.mark.dagster_processes
+@pytest.mark.browser
+@pytest.mark.kafka
+@pytest.mark.spark
 def test_the_dg_walkthrough_lands_its_topic(tmp_path: Path) -> None:
     """On a broker of its own: the guide's `orders` topic is the Python walkthrough's too (tests/docs/test_user_guide.py
     runs it on the session's broker), and each expects to find only its own records there."""

@@ -1,1 +1,0 @@
-"""Tests on a real Spark standalone cluster (one master, two workers) started from PySpark's distribution."""
