@@ -1,41 +1,29 @@
 """The asset checks: per partition, offset contiguity and agreement and lag with freshness (on the topic asset),
 and the sink against the ledger (on the landed asset).
 
-The checks are declared on the group's batch op (`cohort.assets.group_batch`), so they run after every
-batch in the same run, and alone when launched from the asset page. Contiguity fails on any ledger gap or
-overlap, on a ledger range without a materialization, on a materialization the ledger does not account
-for (offsets it never committed, or no offsets at all: reported by hand or by foreign code, named by its
-run), and when Kafka's committed offset differs from the ledger's. Lag fails for a partition more than
-`lag_threshold` records behind its end offset whose last commit is older than `freshness_s`: a group that
-keeps up passes while its producer writes; a stalled one fails. The sink check makes `cohort audit`'s comparison
-of the sink's and the quarantine's trees with the ledger (cohort.pipelines.sink.audit: range directories, and
-whatever else readers read there), or of the tables' files and marks (cohort.pipelines.tables.audit); a replay an
-offset reset left pending passes, and is said.
+The checks are declared on the group's batch op (`cohort.assets.group_batch`), so they run after every batch in
+the same run, and alone when launched from the asset page. Contiguity fails on any ledger gap or overlap, on a
+ledger range without a materialization, on a materialization the ledger does not account for (offsets it never
+committed, or no offsets at all: reported by hand or by foreign code, named by its run), and when Kafka's
+committed offset differs from the ledger's. Lag fails for a partition more than `lag_threshold` records behind its
+end offset whose last commit is older than `freshness_s`: a group that keeps up passes while its producer writes;
+a stalled one fails. The sink check drives the sink's auditor as `cohort audit` does (cohort.runtime.sink_audit:
+the sink's and the quarantine's range directories and whatever else readers read there, or the tables' files and
+marks, against the ledger); a replay an offset reset left pending passes, and is said.
 """
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 
 import dagster as dg
-from pyarrow.fs import LocalFileSystem
 
 from cohort.assets.audit import PartitionAudit, gather_audits
 from cohort.assets.translator import CHECK_CONTIGUOUS, CHECK_LAG, CHECK_SINK, CohortConfig, DagsterCohortTranslator
 from cohort.assignment.clock import Clock, SystemClock
 from cohort.assignment.coordinator import Coordinator
-from cohort.common.types import TopicPartition
-from cohort.pipelines.sink.audit import REPAIR_HINTS, PartitionRecords, output_layouts, read_records, stray_findings
-from cohort.pipelines.sink.layout import SinkLayout
-from cohort.pipelines.tables.audit import (
-    TABLE_REPAIR_HINTS,
-    audit_table_partition,
-    unreferenced_outside,
-    unreferenced_table_files,
-)
-from cohort.pipelines.tables.batch import open_tables
-from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
+from cohort.pipelines.tasks.writer import ArrowFs
 from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
-from cohort.runtime.sink_since import mark_after, read_records_since, sink_trail
+from cohort.runtime.sink_audit import open_auditor, repair_hints
 
 __all__ = ["AUDIT_TAG", "check_results", "lagging"]
 
@@ -145,31 +133,15 @@ def _sink_check(
     committed since each partition's mark (cohort.runtime.sink_since), everything with `full`; the rest of
     each tree around the partition folders. `now` judges the age of a table's unreferenced files."""
     assert config.pipeline is not None  # the check is declared only with a pipeline
-    spec = config.pipeline
-    fs = ArrowFs()
     everything = coordinator.ledger_partitions(config.group)
     tps = [tp for tp in everything if tp.topic == topic]
-    if spec.table_format == "parquet":
-        layouts = output_layouts(spec.sink_path, spec.quarantine_root)
-        records = _parquet_records(coordinator, config.group, tps, layouts, fs, full=full)
-        findings = [f for r in records for f in r.audit()]
-        outside = stray_findings(layouts, everything, topic=topic)
-        pending = [(r.tp, r.pending) for r in records if r.pending is not None]
-        clean = [r for r in records if r.pending is None and not any(f.tp == r.tp for f in findings)]
-        _advance_sink_marks(coordinator, config.group, layouts, clean)
-    else:  # the tables' files and marks (the table keeps row counts: they are compared too)
-        pair = open_tables(spec)
-        tables = (pair.sink, pair.quarantine)
-        local = all(isinstance((arrow_filesystem(t.root) or (None,))[0], LocalFileSystem) for t in tables)
-        on_disk = unreferenced_table_files(tables, now=now)
-        audits = [
-            audit_table_partition(coordinator, config.group, tp, tables, fs, check_files=local, on_disk=on_disk)
-            for tp in tps
-        ]  # each referenced file checked where that is a local stat, not a remote request per file
-        findings = [f for a in audits for f in a.findings]
-        outside = unreferenced_outside(on_disk, everything)
-        pending = [(a.records.tp, a.records.pending) for a in audits if a.records.pending is not None]
-    hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
+    auditor = open_auditor(config.pipeline, ArrowFs(), now=now, after_batch=True, full=full)
+    reports = auditor.audit(coordinator, config.group, tps)
+    findings = [f for r in reports for f in r.findings]
+    outside = auditor.outside(everything, topic=topic)
+    pending = [(r.tp, r.records.pending) for r in reports if r.records.pending is not None]
+    auditor.settle(coordinator, config.group, [r for r in reports if r.records.pending is None and not r.findings])
+    hints = repair_hints()
     lines = [f"- {f.tp} {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in findings]
     lines += [f"- {f.where}: {f.message}{f' ({hints[f.repair]})' if f.repair else ''}" for f in outside]
     notes = [f"- {tp}: pending: {p.describe()}" for tp, p in pending]
@@ -187,31 +159,3 @@ def _sink_check(
             "cohort/details": dg.MetadataValue.md(details),
         },
     )
-
-
-def _parquet_records(
-    coordinator: Coordinator,
-    group: str,
-    tps: Collection[TopicPartition],
-    layouts: Mapping[str, SinkLayout],
-    fs: ArrowFs,
-    *,
-    full: bool,
-) -> list[PartitionRecords]:
-    """Each partition's records since its sink mark, or all of them (`full`, no mark yet, or a replay since)."""
-    trail = sink_trail(layouts["sink"].root)
-    marks = {} if full else coordinator.trail_marks(group, trail, list(tps))
-    records = []
-    for tp in tps:
-        mark = marks.get(tp)
-        since = None if mark is None else read_records_since(coordinator, group, tp, layouts, mark)
-        records.append(since or read_records(coordinator, group, tp, layouts, fs, count_rows=False))
-    return records
-
-
-def _advance_sink_marks(
-    coordinator: Coordinator, group: str, layouts: Mapping[str, SinkLayout], clean: Collection[PartitionRecords]
-) -> None:
-    """Store how far each partition's sink was found to match its ledger (marks never move back)."""
-    marks = [m for m in (mark_after(r) for r in clean) if m is not None]
-    coordinator.advance_trail_marks(group, sink_trail(layouts["sink"].root), marks)

@@ -1,13 +1,13 @@
 """`cohort audit`: per partition, the ledger, Kafka's committed offsets and the sink's own record, side by side.
 
 Gathering reads the coordinator's ledger (page by page), the sink's and the quarantine's trees (through pyarrow:
-names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's committed offsets; the comparison
-is `cohort.pipelines.sink.audit` (and `table_audit` for Delta and Iceberg). Besides the partitions, it names
-what readers read outside the ledger's partition folders (and, for a table, old data files no version
+names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's committed offsets; the sink's auditor
+(cohort.runtime.sink_audit, the one the landed asset's check drives too) compares them. Besides the partitions, it
+names what readers read outside the ledger's partition folders (and, for a table, old data files no version
 references). A replay an offset reset left pending is said, and is no divergence. `--repair` applies the safe
 repairs (re-mirror Kafka behind the ledger, publish a committed range from its run's staged output; for tables,
-adopt, roll back, delete unreferenced files) and only while the group has no members, so no batch moves the
-ledger meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
+adopt, roll back, delete unreferenced files) and only while the group has no members, so no batch moves the ledger
+meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -23,21 +23,12 @@ import click
 from cohort.assignment.coordinator import Coordinator
 from cohort.cli.kafka import kafka_errors, kafka_for
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.sink.audit import (
-    MIRROR,
-    PUBLISH,
-    REPAIR_HINTS,
-    OutsideFinding,
-    SinkFinding,
-    output_layouts,
-    read_records,
-    stray_findings,
-)
-from cohort.pipelines.sink.layout import SinkLayout
+from cohort.pipelines.sink.audit import MIRROR, OutsideFinding, SinkFinding
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
+from cohort.runtime.sink_audit import PartitionReport, SinkAuditor, open_auditor, repair_hints
 
 if TYPE_CHECKING:
-    from cohort.pipelines.tables.audit import TableFiles
+    from cohort.pipelines.spec import PipelineSpec
     from cohort.pipelines.tables.store import TableStore
     from cohort.runtime.kafka_access import KafkaAccess
 
@@ -66,13 +57,12 @@ class SinkTarget:
             return "iceberg"
         return "parquet"
 
-    def tables(self, table_format: str) -> tuple[TableStore, TableStore]:
-        """(sink, quarantine) tables; click's BadParameter for settings the spec refuses."""
+    def spec(self, table_format: str) -> PipelineSpec:
+        """The sink's settings as a batch's spec holds them; click's BadParameter for settings the spec refuses."""
         from cohort.pipelines.spec import PipelineSpec
-        from cohort.pipelines.tables.batch import open_tables
 
         try:
-            spec = PipelineSpec(
+            return PipelineSpec(
                 sink_path=self.sink,
                 quarantine_path=self.quarantine,
                 value_format="bytes",
@@ -82,7 +72,12 @@ class SinkTarget:
             )
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--iceberg-table' / '--iceberg-catalog'") from None
-        pair = open_tables(spec)
+
+    def tables(self, table_format: str) -> tuple[TableStore, TableStore]:
+        """(sink, quarantine) tables; click's BadParameter for settings the spec refuses."""
+        from cohort.pipelines.tables.batch import open_tables
+
+        pair = open_tables(self.spec(table_format))
         return pair.sink, pair.quarantine
 
 
@@ -140,12 +135,10 @@ def audit_group(
 ) -> bool:
     """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left.
     `now` (epoch seconds, default the system clock's) judges the age of unreferenced table files."""
-    sink, quarantine = target.sink, target.quarantine
-    for root, option in ((sink, "--sink"), (quarantine, "--quarantine")):
+    for root, option in ((target.sink, "--sink"), (target.quarantine, "--quarantine")):
         if root is not None and arrow_filesystem(root) is None:
             message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
             raise click.BadParameter(message, param_hint=f"'{option}'")
-    layouts = output_layouts(sink, quarantine)
     kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S) if bootstrap_servers else None
     if repair:
         described = coordinator.describe_group(group)
@@ -155,18 +148,20 @@ def audit_group(
                 "(stop its runs or wait for them to end); the audit itself runs at any time"
             )
     fs = ArrowFs()
-    table_format = target.resolved_format(fs)
-    tables = target.tables(table_format) if table_format != "parquet" else None
+    auditor = open_auditor(target.spec(target.resolved_format(fs)), fs, now=time.time() if now is None else now)
     tps = coordinator.ledger_partitions(group)
     try:
         committed = _kafka_committed(kafka, group, tps)
-        if tables is not None:
-            found = _audit_tables(coordinator, group, tps, tables, fs, committed, kafka, repair, now)
+        reports = auditor.audit(coordinator, group, tps, committed)
+        if repair:
+            audits = [_repaired(coordinator, group, auditor, report, committed, kafka) for report in reports]
         else:
-            audits = [_audit(coordinator, group, tp, layouts, fs, committed) for tp in tps]
-            if repair:
-                audits = [_repair(coordinator, group, audit, layouts, fs, kafka) for audit in audits]
-            found = GroupAudit(tuple(audits), tuple(stray_findings(layouts, tps)))
+            audits = [_summary(report, committed) for report in reports]
+        outside = auditor.outside(tps)
+        repaired = auditor.repair_outside(tps) if repair and outside else []
+        if repaired:
+            outside = auditor.outside(tps)
+        found = GroupAudit(tuple(audits), tuple(outside), tuple(repaired), tuple(auditor.notes()))
     finally:
         if kafka is not None:
             kafka.close()
@@ -174,110 +169,49 @@ def audit_group(
     return found.ok
 
 
-def _audit_tables(
-    coordinator: Coordinator,
-    group: str,
-    tps: Sequence[TopicPartition],
-    tables: tuple[TableStore, TableStore],
-    fs: ArrowFs,
-    committed: Mapping[TopicPartition, int | None] | None,
-    kafka: KafkaAccess | None,
-    repair: bool,
-    now: float | None,
-) -> GroupAudit:
-    """Every partition of a table sink, and the unreferenced data files outside the ledger's partitions."""
-    from cohort.pipelines.tables.audit import delete_unreferenced, unreferenced_outside, unreferenced_table_files
-
-    on_disk = unreferenced_table_files(tables, now=time.time() if now is None else now)
-    audits = [_audit_table(coordinator, group, tp, tables, fs, committed, kafka, repair, on_disk) for tp in tps]
-    outside = unreferenced_outside(on_disk, tps)
-    repaired: list[str] = []
-    if repair and outside:
-        paths = on_disk.outside_paths(tps)
-        delete_unreferenced(fs, paths)
-        repaired.append(f"deleted {len(paths)} data files outside the ledger's partitions that no version references")
-        outside = unreferenced_outside(on_disk.without(paths), tps)
-    notes = []
-    young = sum(on_disk.young.values())
-    if young:
-        notes.append(
-            f"{young} data file{'' if young == 1 else 's'} no table version references yet, newer than the grace "
-            "period: left alone (a commit may be in flight)"
-        )
-    return GroupAudit(tuple(audits), tuple(outside), tuple(repaired), tuple(notes))
-
-
-def _audit(
-    coordinator: Coordinator,
-    group: str,
-    tp: TopicPartition,
-    layouts: dict[str, SinkLayout],
-    fs: ArrowFs,
-    committed: Mapping[TopicPartition, int | None] | None,
-) -> PartitionAudit:
-    """One partition's audit; `committed`: Kafka's committed offsets (None: Kafka not compared)."""
-    records = read_records(coordinator, group, tp, layouts, fs)
-    in_kafka = committed.get(tp) if committed is not None else None
-    findings = records.audit(in_kafka, compare_kafka=committed is not None)
-    sink_dirs, quarantine_dirs = len(records.outputs["sink"]), len(records.outputs["quarantine"])
+def _summary(report: PartitionReport, committed: Mapping[TopicPartition, int | None] | None) -> PartitionAudit:
+    """What the command shows of one partition's report; `committed`: Kafka's offsets (None: not compared)."""
+    records = report.records
+    in_kafka = committed.get(report.tp) if committed is not None else None
     pending = records.pending.describe() if records.pending is not None else None
-    return PartitionAudit(tp, records.head, in_kafka, sink_dirs, quarantine_dirs, tuple(findings), pending=pending)
+    outputs = records.outputs
+    return PartitionAudit(
+        report.tp,
+        records.head,
+        in_kafka,
+        len(outputs["sink"]),
+        len(outputs["quarantine"]),
+        report.findings,
+        pending=pending,
+    )
 
 
-def _audit_table(
+def _repaired(
     coordinator: Coordinator,
     group: str,
-    tp: TopicPartition,
-    tables: tuple[TableStore, TableStore],
-    fs: ArrowFs,
+    auditor: SinkAuditor,
+    report: PartitionReport,
     committed: Mapping[TopicPartition, int | None] | None,
     kafka: KafkaAccess | None,
-    repair: bool,
-    on_disk: TableFiles,
 ) -> PartitionAudit:
-    """One partition of a table sink: audited, and with `repair` repaired and audited again."""
-    from cohort.pipelines.tables.audit import audit_table_partition, repair_table_partition
-
-    def audited(
-        kafka_offsets: Mapping[TopicPartition, int | None] | None, files: TableFiles
-    ) -> tuple[Any, PartitionAudit]:
-        found = audit_table_partition(
-            coordinator,
-            group,
-            tp,
-            tables,
-            fs,
-            (kafka_offsets or {}).get(tp),
-            compare_kafka=kafka_offsets is not None,
-            on_disk=files,
-        )
-        outputs = found.records.outputs
-        in_kafka = (kafka_offsets or {}).get(tp)
-        pending = found.records.pending.describe() if found.records.pending is not None else None
-        summary = PartitionAudit(
-            tp,
-            found.records.head,
-            in_kafka,
-            len(outputs["sink"]),
-            len(outputs["quarantine"]),
-            found.findings,
-            pending=pending,
-        )
-        return found, summary
-
-    found, summary = audited(committed, on_disk)
-    if not repair or not summary.findings:
+    """Apply the sink's safe repairs of one partition, and re-mirror Kafka when a finding or a repair asks for it;
+    then audit the partition again: what is left is reported."""
+    summary = _summary(report, committed)
+    if not report.findings:
         return summary
-    done = repair_table_partition(found, group, coordinator.standalone_ledger(group), tables, fs)
-    if kafka is not None and (done or any(f.repair == MIRROR for f in summary.findings)):
+    tp = report.tp
+    outcome = auditor.repair(coordinator, group, report)
+    done = list(outcome.done)
+    if kafka is not None and (outcome.remirror or any(f.repair == MIRROR for f in report.findings)):
         head = coordinator.fetch_offsets(group, [tp])[tp]
         if head is not None:
             kafka.mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, head, head)], run_id=None)
             done.append(f"mirrored offset {head} to Kafka")
     if not done:
         return summary
-    _, again = audited(_kafka_committed(kafka, group, [tp]), on_disk.without(found.unreferenced))
-    return replace(again, repaired=tuple(done))
+    committed_now = _kafka_committed(kafka, group, [tp])
+    (again,) = auditor.audit(coordinator, group, [tp], committed_now)
+    return replace(_summary(again, committed_now), repaired=tuple(done))
 
 
 def _kafka_committed(
@@ -289,38 +223,6 @@ def _kafka_committed(
     with kafka_errors(_KAFKA_TIMEOUT_S):
         kafka.partition_counts()  # one metadata request: fails fast when no broker answers
         return kafka.committed_offsets(group, tps)
-
-
-def _repair(
-    coordinator: Coordinator,
-    group: str,
-    audit: PartitionAudit,
-    layouts: dict[str, SinkLayout],
-    fs: ArrowFs,
-    kafka: KafkaAccess | None,
-) -> PartitionAudit:
-    """Apply the audit's safe repairs, then audit the partition again: what is left is reported."""
-    done: list[str] = []
-    tp = audit.tp
-    for finding in audit.findings:
-        if finding.repair == PUBLISH and finding.piece is not None:
-            piece, layout = finding.piece, layouts[finding.where]
-            rows = piece.commit.records if finding.where == "sink" else piece.commit.quarantined
-            run_id = piece.commit.run_id
-            if run_id is not None and layout.complete(fs, run_id, tp, piece.from_offset, piece.until_offset, rows):
-                done.append(f"published [{piece.from_offset}, {piece.until_offset}) in the {finding.where}")
-            else:
-                done.append(
-                    f"not repaired: no staged output of run {run_id} holds [{piece.from_offset}, "
-                    f"{piece.until_offset}) with {rows} rows; replay the offsets to rebuild it (docs/replay.md)"
-                )
-    if kafka is not None and any(f.repair == MIRROR for f in audit.findings) and audit.head is not None:
-        kafka.mirror().mirror(group, [OffsetRange(tp.topic, tp.partition, audit.head, audit.head)], run_id=None)
-        done.append(f"mirrored offset {audit.head} to Kafka")
-    if not done:
-        return audit
-    again = _audit(coordinator, group, tp, layouts, fs, _kafka_committed(kafka, group, [tp]))
-    return replace(again, repaired=tuple(done))
 
 
 def _print(group: str, found: GroupAudit, as_json: bool, *, compared_kafka: bool) -> None:
@@ -339,9 +241,8 @@ def _print(group: str, found: GroupAudit, as_json: bool, *, compared_kafka: bool
         click.echo(json.dumps(payload))
         return
     from cohort.cli.tables import print_table
-    from cohort.pipelines.tables.audit import TABLE_REPAIR_HINTS
 
-    hints = {**REPAIR_HINTS, **TABLE_REPAIR_HINTS}
+    hints = repair_hints()
     columns = ["TOPIC", "PARTITION", "LEDGER", "KAFKA", "SINK-DIRS", "QUARANTINE-DIRS", "STATUS"]
     rows = [
         [
