@@ -75,7 +75,7 @@ from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, partition_counts, produce
-from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
+from cohort.pipelines import PipelineSpec, build_session, run_batch
 from cohort.pipelines.batch.results import BatchResult, PartitionResult
 from cohort.pipelines.kafka.client import watermarks
 from cohort.runtime.kafka_access import KafkaAccess
@@ -261,7 +261,6 @@ class Case:
     workers: WorkerGroup
     coordinator: Coordinator
     spec: PipelineSpec
-    mirror: OffsetMirror
 
     @property
     def topic(self) -> str:
@@ -358,7 +357,7 @@ def run_case(
     )
     coordinator = workers.open_coordinator()
     spec = PipelineSpec(sink_path=f"{tmp}/{name}-lake", value_schema=SCHEMA, model=Event)
-    case = Case(spark, config, workers, coordinator, spec, KafkaOffsetMirror(config))
+    case = Case(spark, config, workers, coordinator, spec)
     try:
         produce(config, topic, shaped_records(counts, 1))
         first, one = measured_round(case, 1, list(range(1, SLOTS + 1)), counts)

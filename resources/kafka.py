@@ -29,7 +29,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
-from cohort.runtime.kafka_access import KafkaAccess, parse_bootstrap
+from cohort.runtime.kafka_access import DEFAULT_CLIENT_ID, DEFAULT_SECURITY_PROTOCOL, KafkaAccess, parse_bootstrap
 
 __all__ = ["SECRET_KEYS", "KafkaResource", "redact"]
 
@@ -55,7 +55,9 @@ class KafkaResource(dg.ConfigurableResource):
     """
 
     bootstrap_servers: str = Field(description="Comma-separated host:port list (librdkafka bootstrap.servers).")
-    security_protocol: SecurityProtocol = Field(default="PLAINTEXT", description="librdkafka security.protocol.")
+    security_protocol: SecurityProtocol = Field(
+        default=DEFAULT_SECURITY_PROTOCOL, description="librdkafka security.protocol."
+    )
     sasl_mechanism: str | None = Field(
         default=None, description="SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."
     )
@@ -69,7 +71,7 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_key_password: str | None = Field(
         default=None, repr=False, description="Password of the client key; give it as dg.EnvVar('...')."
     )
-    client_id: str = Field(default="cohort", description="librdkafka client.id shown in broker logs.")
+    client_id: str = Field(default=DEFAULT_CLIENT_ID, description="librdkafka client.id shown in broker logs.")
     request_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of admin and offset requests.")
     extra_config: dict[str, str] = Field(
         default_factory=dict, description="Further librdkafka properties (no secrets here: they would be shown)."

@@ -17,13 +17,18 @@ __all__ = ["kafka_errors", "kafka_for"]
 
 def kafka_for(bootstrap_servers: str, timeout_s: float) -> KafkaAccess:
     """The Kafka a command talks to, each request bounded by `timeout_s`."""
-    from cohort.runtime.kafka_access import KafkaAccess, parse_bootstrap
+    from cohort.runtime.kafka_access import DEFAULT_CLIENT_ID, DEFAULT_SECURITY_PROTOCOL, KafkaAccess, parse_bootstrap
 
     try:
         bootstrap = parse_bootstrap(bootstrap_servers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--bootstrap-servers'") from None
-    config = {"bootstrap.servers": bootstrap, "security.protocol": "PLAINTEXT", "client.id": "cohort", "log_level": "0"}
+    config = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": DEFAULT_SECURITY_PROTOCOL,
+        "client.id": DEFAULT_CLIENT_ID,
+        "log_level": "0",
+    }
     return KafkaAccess(config, request_timeout_s=timeout_s)
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -30,7 +30,13 @@ from cohort.pipelines.kafka.client import read_partition_counts
 from cohort.pipelines.kafka.client import watermarks as fetched_watermarks
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 
-__all__ = ["KafkaAccess", "kafka_reason", "parse_bootstrap"]
+__all__ = ["DEFAULT_CLIENT_ID", "DEFAULT_SECURITY_PROTOCOL", "KafkaAccess", "kafka_reason", "parse_bootstrap"]
+
+DEFAULT_SECURITY_PROTOCOL: Final = "PLAINTEXT"
+"""librdkafka's `security.protocol` when a face's settings name none."""
+
+DEFAULT_CLIENT_ID: Final = "cohort"
+"""librdkafka's `client.id` (shown in broker logs) when a face's settings name none."""
 
 
 def parse_bootstrap(value: str) -> str:
