@@ -68,21 +68,47 @@ def test_each_marking_fixture_is_a_shared_fixture() -> None:
     assert not absent, f"markers keyed on fixtures tests/fixtures/ does not define: {absent}"
 
 
-def _collected(*args: str) -> list[str]:
+# Collects each selection in turn in one interpreter (the plugins' imports are paid once), printing a header before
+# each: `pytest --collect-only -q` per selection, as a user would run it.
+_COLLECT = """
+import sys, pytest
+for selection in sys.argv[1:]:
+    print("=== " + selection, flush=True)
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *selection.split("|")])
+"""
+
+
+def _collected(*selections: tuple[str, ...]) -> list[list[str]]:
+    """The node ids each selection (pytest arguments) collects."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-c", _COLLECT, *("|".join(s) for s in selections)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    found: list[list[str]] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("=== "):
+            found.append([])
+        elif "::" in line and found:
+            found[-1].append(line)
+    assert len(found) == len(selections), done.stdout[-2000:] + done.stderr[-2000:]
+    return found
 
 
 def test_markers_follow_the_fixtures_a_test_uses() -> None:
     """A batch test uses the broker and Spark through fixtures, so it is marked `kafka` and `spark`, never
     `pure`; a pure protocol decision is marked `pure` and nothing else."""
     batch, pure = "tests/pipelines/batch/test_run.py", "tests/assignment/protocol/test_group_state.py"
-    assert _collected(batch, pure, "-m", "pure") == _collected(pure)
-    assert _collected(batch, pure, "-m", "kafka and spark") == _collected(batch)
-    assert _collected(pure, "-m", "kafka or spark or postgres or dagster") == []
+    every_batch, every_pure, as_pure, as_infra, pure_as_infra = _collected(
+        (batch,),
+        (pure,),
+        (batch, pure, "-m", "pure"),
+        (batch, pure, "-m", "kafka and spark"),
+        (pure, "-m", "kafka or spark or postgres or dagster"),
+    )
+    assert every_batch and every_pure
+    assert as_pure == every_pure
+    assert as_infra == every_batch
+    assert pure_as_infra == []
