@@ -4,10 +4,8 @@ way failures leave them, named by the audit without changing anything, then repa
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +18,8 @@ from cohort.assignment.protocol.messages import JoinRequest
 from cohort.common.types import TopicPartition
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, run_batch
 from cohort.pipelines.sink.layout import MARKER_PREFIX, STAGING, range_dir_name
+from tests.support.audit_command import COHORT, cohort_audit, problems, tree
 from tests.support.orders import ORDER_SCHEMA, order
-
-COHORT = str(Path(sys.executable).with_name("cohort"))
-
-
-def cohort_audit(*args: str) -> tuple[int, dict[str, Any], str]:
-    done = subprocess.run([COHORT, "audit", *args, "--json"], capture_output=True, text=True, timeout=120)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
-
-
-def problems(report: dict[str, Any]) -> dict[int, list[tuple[str, str | None]]]:
-    found = {p["partition"]: [(x["where"], x["repair"]) for x in p["problems"]] for p in report["partitions"]}
-    return {partition: listed for partition, listed in found.items() if listed}
-
-
-def tree(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 @pytest.mark.slow

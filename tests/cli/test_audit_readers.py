@@ -18,7 +18,7 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
 from cohort.pipelines.sink.layout import range_dir_name
 from cohort.pipelines.sink.tree import DUCKDB_GLOB
-from tests.cli.test_audit import cohort_audit
+from tests.support.audit_command import cohort_audit
 from tests.support.orders import ORDER_SCHEMA, order
 
 

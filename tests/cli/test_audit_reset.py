@@ -22,8 +22,8 @@ from cohort.pipelines import KafkaOffsetMirror
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
 from harness.tables import table_offsets
-from tests.cli.test_audit import COHORT, cohort_audit
-from tests.pipelines.tables.test_sinks import expected, records, spec_for
+from tests.support.audit_command import COHORT, cohort_audit
+from tests.support.table_batches import expected, records, spec_for
 
 
 def _age(directory: Path, seconds: float) -> None:

@@ -14,9 +14,9 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.tables.files import UNREFERENCED_GRACE_S
 from harness.tables import table_offsets
-from tests.cli.test_audit import cohort_audit, problems
 from tests.cli.test_audit_reset import _age
-from tests.pipelines.tables.test_sinks import Died, die, expected, forget_history, hook, records, spec_for
+from tests.support.audit_command import cohort_audit, problems
+from tests.support.table_batches import Died, die, expected, forget_history, hook, records, spec_for
 
 
 def test_files_of_a_rolled_back_iceberg_commit_no_snapshot_references_are_named_and_removed(

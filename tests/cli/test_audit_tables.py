@@ -12,8 +12,8 @@ import pytest
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.run import run_batch
 from harness.tables import table_offsets
-from tests.cli.test_audit import cohort_audit, problems, tree
-from tests.pipelines.tables.test_sinks import Died, die, expected, hook, records, spec_for
+from tests.support.audit_command import cohort_audit, problems, tree
+from tests.support.table_batches import Died, die, expected, hook, records, spec_for
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])

@@ -17,9 +17,9 @@ from cohort.pipelines.batch.results import CountMismatchError
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.spec import PipelineSpec
 from harness.tables import table_offsets
-from tests.cli.test_audit import cohort_audit
-from tests.pipelines.tables.test_sinks import spec_for
+from tests.support.audit_command import cohort_audit
 from tests.support.orders import ORDER_SCHEMA, Order, order, range_dirs
+from tests.support.table_batches import spec_for
 
 MALFORMED = {4, 13}
 

@@ -21,9 +21,9 @@ from cohort.pipelines.tables.compaction import COMPACT_ATTEMPT, plan_merges
 from cohort.pipelines.tables.retention import TableRetention
 from cohort.pipelines.tables.store import BatchRecord, DataFile, Owner, PartitionMark, TableCommit, TableConflictError
 from harness.tables import table_offsets
-from tests.cli.test_audit import cohort_audit, problems
-from tests.pipelines.tables.test_sinks import expected, records, spec_for
+from tests.support.audit_command import cohort_audit, problems
 from tests.support.orders import order
+from tests.support.table_batches import expected, records, spec_for
 
 RETENTION = TableRetention(keep_s=0, min_versions=3, history_s=0, every_commits=2, compact_files=3)
 """A clean-up every other commit, merging runs of 3 or more small files as soon as they are committed."""

@@ -15,8 +15,8 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables.files import data_files_on_disk
 from cohort.pipelines.tables.retention import TableRetention
 from harness.tables import table_offsets
-from tests.cli.test_audit import cohort_audit
-from tests.pipelines.tables.test_sinks import expected, records, spec_for
+from tests.support.audit_command import cohort_audit
+from tests.support.table_batches import expected, records, spec_for
 
 RETENTION = TableRetention(keep_s=0, min_versions=3, history_s=0, every_commits=2)
 """Every version past the newest 3 expires at once, the log too: a clean-up every other commit."""
