@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pyarrow.fs import LocalFileSystem
 
@@ -50,11 +51,16 @@ class TableAuditor:
             self._on_disk = unreferenced_table_files(self.tables, now=self.now)
         return self._on_disk
 
+    @cached_property
+    def _check_files(self) -> bool:
+        """Whether each referenced data file is checked: everywhere, or only where that is a local stat."""
+        return self.check_remote_files or all(
+            isinstance((arrow_filesystem(t.root) or (None,))[0], LocalFileSystem) for t in self.tables
+        )
+
     def audit(
         self, ledger: Coordinator, group: str, tps: Sequence[TopicPartition], committed: KafkaCommitted | None = None
     ) -> list[PartitionReport]:
-        local = all(isinstance((arrow_filesystem(t.root) or (None,))[0], LocalFileSystem) for t in self.tables)
-        check_files = self.check_remote_files or local
         reports = []
         for tp in tps:
             found = audit_table_partition(
@@ -65,7 +71,7 @@ class TableAuditor:
                 self.fs,
                 committed.get(tp) if committed is not None else None,
                 compare_kafka=committed is not None,
-                check_files=check_files,
+                check_files=self._check_files,
                 on_disk=self.on_disk,
             )
             reports.append(PartitionReport(found.records, found.findings, found))

@@ -13,7 +13,6 @@ an out-of-range session timeout and negative or non-number limits are refused na
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from pydantic import ValidationError
 
 from cohort.assets.translator import CohortConfig
 from cohort.assignment.coordinator import Coordinator
-from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.cli.main import main as cli
 from cohort.common.names import InvalidNameError
 from cohort.common.types import TopicPartition
@@ -46,14 +44,6 @@ from tests.pipelines.batch.corpus_records import (
 )
 
 PARTITIONS = 3
-
-
-@pytest.fixture
-def coordinator(sqlite_url: str) -> Iterator[Coordinator]:
-    """The real coordinator on a fresh SQLite file (its standalone ledger is what the batch commits to)."""
-    made = Coordinator.from_url(sqlite_url, config=GroupConfig(initial_rebalance_delay=0.0))
-    yield made
-    made.close()
 
 
 def _headers(row: Any) -> list[tuple[str, bytes | None]] | None:

@@ -11,7 +11,7 @@ published; once the registry is back the same records all land.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from cohort.assignment.coordinator import Coordinator, StandaloneLedger
-from cohort.assignment.protocol.group_state import GroupConfig
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
@@ -40,14 +39,6 @@ from tests.pipelines.formats.registry_corpus import (
 
 PARTITIONS = 3
 Placed = dict[tuple[int, int], RegistryCase]
-
-
-@pytest.fixture
-def coordinator(sqlite_url: str) -> Iterator[Coordinator]:
-    """The real coordinator on a fresh SQLite file (its standalone ledger is what the batch commits to)."""
-    made = Coordinator.from_url(sqlite_url, config=GroupConfig(initial_rebalance_delay=0.0))
-    yield made
-    made.close()
 
 
 def _connection(server: SchemaRegistryServer) -> RegistryConnection:
