@@ -23,12 +23,14 @@ from cohort.assets.factory import (
     cohort_assets,
 )
 from cohort.assets.group_batch import build_group_assets
+from cohort.assets.replay import REPLAY_TAG, Replay
 from cohort.assets.sensors import build_membership_sensor, build_topic_sensor
 from cohort.assets.translator import CohortConfig, DagsterCohortTranslator
 from cohort.assets.worker import worker_run_config
 from cohort.common.lazy import lazy_exports
 
 __all__ = [
+    "REPLAY_TAG",
     "CohortConfig",
     "CohortDefinitions",
     "CohortGroupComponent",
@@ -36,6 +38,7 @@ __all__ = [
     "GroupCursor",
     "MembershipCursor",
     "PartitionAudit",
+    "Replay",
     "TopicCursor",
     "audit_partition",
     "build_cohort_definitions",

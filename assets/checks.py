@@ -25,7 +25,7 @@ from cohort.resources.group import CohortGroupResource
 from cohort.resources.kafka import KafkaResource
 from cohort.runtime.sink_audit import open_auditor, repair_hints
 
-__all__ = ["AUDIT_TAG", "check_results", "lagging"]
+__all__ = ["AUDIT_TAG", "check_results", "lagging", "op_results"]
 
 AUDIT_TAG = "cohort/audit"
 """Run tag: `full` makes the run's offsets checks read the whole ledger and trail, not only what changed."""
@@ -57,8 +57,8 @@ def check_results(
     """The evaluations of the `selected` checks of the group's topic assets: the offsets checks read what changed
     since each partition's trail mark, or everything with `full` (a run tagged `cohort/audit: full`).
 
-    Logged as events by the batch op (not returned as results): the checks judge every partition at once,
-    while the run itself targets no partition.
+    Each judges every partition of its asset at once, whatever partitions the run targets; the batch op yields
+    each as its result (`op_results`).
     """
     coordinator = group.get_coordinator(clock)
     now = (clock or SystemClock()).now()
@@ -123,6 +123,18 @@ def check_results(
                     "cohort/per_partition": dg.MetadataValue.md(table),
                 },
             )
+
+
+def op_results(
+    assets_def: dg.AssetsDefinition, evaluation: dg.AssetCheckEvaluation
+) -> Iterator[dg.Output[None] | dg.AssetCheckEvaluation]:
+    """The evaluation of a check the batch op declares, as that op's result: the check's output (so Dagster knows
+    the op ran it) and the evaluation. This is what Dagster makes of an `AssetCheckResult`, which the op cannot
+    yield itself: to find the materialization a result checks, Dagster reads the topic asset (the landed asset's
+    input in the op) for the run's partition, and fails in a run that targets none (the schedule's, the
+    sensors', the checks job's)."""
+    yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(evaluation.asset_check_key))
+    yield evaluation
 
 
 def _sink_check(

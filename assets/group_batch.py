@@ -25,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from cohort.assets.checks import AUDIT_TAG, check_results
+from cohort.assets.checks import AUDIT_TAG, check_results, op_results
 from cohort.assets.replay import REPLAY_TAG, Replay
 from cohort.assets.translator import (
     METADATA_PREFIX,
@@ -49,7 +49,6 @@ from cohort.assets.worker import (
     unreported_materializations,
 )
 from cohort.assignment.clock import Clock
-from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.formats.registry import RegistryError
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources.group import CohortGroupResource
@@ -217,7 +216,7 @@ def build_group_assets(
             for evaluation in check_results(
                 context.instance, config, translator, group, kafka, context.selected_asset_check_keys, clock, full=full
             ):
-                context.log_event(evaluation)
+                yield from op_results(context.assets_def, evaluation)
 
     return group_batch
 
@@ -248,7 +247,7 @@ def _with_reader_schemas(
         pipeline = dataclasses.replace(pipeline, registry=registry.connection())
     if topics:  # no topic yet: no member reads anything
         try:
-            pipeline = resolve_readers(pipeline, topics)
+            pipeline = pipeline.with_readers(topics)
         except (ValueError, RegistryError) as exc:
             raise dg.Failure(f"group {config.group!r}: {exc}") from None
     return dataclasses.replace(config, pipeline=pipeline)

@@ -95,9 +95,11 @@ __all__ = [
     "OffsetMirror",
     "OffsetRange",
     "PartitionNotOwnedError",
+    "PartitionReset",
     "RangeAssignor",
     "RebalanceInProgressError",
     "RebalanceListener",
+    "ResetTarget",
     "RoundRobinAssignor",
     "SqlGroupStore",
     "StandaloneLedger",
@@ -109,6 +111,7 @@ __all__ = [
     "TopicPartition",
     "UnknownAssignorError",
     "UnknownMemberIdError",
+    "WorkerGroup",
     "available_assignors",
     "get_assignor",
     "register_assignor",
@@ -119,9 +122,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from cohort.assignment.coordinator import Coordinator, StandaloneLedger
+    from cohort.assignment.ledger.resets import PartitionReset, ResetTarget
     from cohort.assignment.member import GroupMember, JoinTimeoutError, RebalanceListener
     from cohort.assignment.store.memory import MemoryGroupStore
     from cohort.assignment.store.sql import SqlGroupStore
+    from cohort.assignment.worker_group import WorkerGroup
 
 __getattr__ = lazy_exports(
     __name__,
@@ -133,5 +138,8 @@ __getattr__ = lazy_exports(
         "RebalanceListener": "cohort.assignment.member",
         "MemoryGroupStore": "cohort.assignment.store.memory",
         "SqlGroupStore": "cohort.assignment.store.sql",
+        "PartitionReset": "cohort.assignment.ledger.resets",
+        "ResetTarget": "cohort.assignment.ledger.resets",
+        "WorkerGroup": "cohort.assignment.worker_group",
     },
 )

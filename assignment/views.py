@@ -51,7 +51,13 @@ class MemberDescription:
 @dataclass(frozen=True)
 class GroupDescription:
     """A group's state, generation, assignor, leader and members (`state` Dead for a group that does not
-    exist). Members are ordered by join order (the leader first unless it changed)."""
+    exist). Members are ordered by join order (the leader first unless it changed).
+
+    `assignor` is the current generation's, None while the group is Empty; `last_assignor` is that of the latest
+    generation that had members (the current one's while there are members), and `configured_assignors` the
+    assignors its leader declared, in order of preference: an Empty group's keep telling which assignor it
+    runs with.
+    """
 
     name: str
     state: GroupState
@@ -64,6 +70,8 @@ class GroupDescription:
     rebalance_deadline: float | None = None
     rebalance_reason: str | None = None
     pending_member_ids: int = 0
+    last_assignor: str | None = None
+    configured_assignors: tuple[str, ...] = ()
 
     def member(self, member_id: str) -> MemberDescription:
         """The member with `member_id` (KeyError if absent)."""
@@ -126,4 +134,6 @@ def describe(group: GroupRecord | None, name: str) -> GroupDescription:
         rebalance_deadline=group.rebalance_deadline,
         rebalance_reason=group.rebalance_reason,
         pending_member_ids=len(group.pending),
+        last_assignor=group.last_protocol,
+        configured_assignors=group.last_protocols,
     )

@@ -69,7 +69,6 @@ from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
 from cohort.pipelines.batch.results import BatchResult
-from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.formats.registry import RegistryConnection
 from cohort.pipelines.tasks.reader import READER_DEFAULTS, RECORD_SCHEMA
 from harness.schema_registry import SchemaRegistryServer
@@ -321,7 +320,7 @@ def main() -> None:
                 return PipelineSpec(sink_path=sink, value_schema=JSON_SCHEMA, model=FormatEvent)
             return PipelineSpec(sink_path=sink, value_format="avro", registry=registry, model=FormatEvent)
 
-        resolved = resolve_readers(spec_for("avro", f"{tmp}/check"), [AVRO_TOPIC])
+        resolved = spec_for("avro", f"{tmp}/check").with_readers([AVRO_TOPIC])
         if resolved.value_columns != JSON_SCHEMA:
             raise SystemExit(f"the Avro reader's columns {resolved.value_columns} differ from the JSON schema")
 
@@ -380,7 +379,7 @@ def main() -> None:
         decode: dict[str, dict[int, tuple[float, float]]] = {}
         setup_ms: dict[str, float] = {}
         for fmt in FORMATS:
-            spec = resolve_readers(spec_for(fmt, f"{tmp}/decode-{fmt}"), [topics[fmt]])
+            spec = spec_for(fmt, f"{tmp}/decode-{fmt}").with_readers([topics[fmt]])
             setup_ms[fmt] = task_setup_ms(spec, samples[fmt][0])
             median_batch = max(1, round(statistics.median(batch_rows[fmt])))
             decode[fmt] = {size: decode_cpu(spec, samples[fmt], size) for size in sorted({10_000, median_batch})}

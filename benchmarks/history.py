@@ -487,7 +487,7 @@ def tables(args: argparse.Namespace) -> None:
         for fmt in ("delta", "iceberg"):
             root = Path(tmp) / f"lake_{fmt}"
             spec = PipelineSpec(sink_path=str(root), table_format=fmt, value_format="bytes")
-            store = open_tables(spec).sink
+            store = open_tables(spec.table_target).sink
             commit_s: list[float] = []
             commit_cpu_s: list[float] = []
             marks_s: list[float] = []

@@ -65,10 +65,10 @@ TOMBSTONES = 24 * 60
 
 def _store(fmt: str, root: Path, retention: TableRetention | None) -> Any:
     if fmt == "delta":
-        from cohort.pipelines.tables.delta import DeltaTableStore
+        from cohort.pipelines.tables.delta.store import DeltaTableStore
 
         return DeltaTableStore(str(root), retention=retention)
-    from cohort.pipelines.tables.iceberg import IcebergTableStore
+    from cohort.pipelines.tables.iceberg.store import IcebergTableStore
 
     return IcebergTableStore(
         str(root), catalog_url=f"sqlite:///{root.parent}/catalog.sqlite", identifier="bench.t", retention=retention

@@ -60,7 +60,7 @@ from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 
 import cohort.pipelines.tables.batch as table_batch
-import cohort.pipelines.tables.delta as delta_store
+import cohort.pipelines.tables.delta.store as delta_store
 from benchmarks.pipeline import _own_cpu_s, _tree_cpu_s
 from cohort.assignment.coordinator import Coordinator
 from cohort.common.ledger import OffsetLedger
@@ -70,6 +70,7 @@ from cohort.devtools.topics import create_topic, produce
 from cohort.pipelines import KafkaOffsetMirror, PipelineSpec, build_session, run_batch
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.tables.store import TableCommit
+from cohort.pipelines.tables.target import TableTarget
 
 TOPIC = "bench-tables"
 SMALL_TOPIC = "bench-tables-small"
@@ -159,8 +160,8 @@ def timing_table_commits() -> Iterator[list[CommitCall]]:
 
         setattr(store, "commit", timed_commit)  # noqa: B010 (an instance attribute over the method)
 
-    def opened(spec: PipelineSpec) -> table_batch.TablePair:
-        pair = original(spec)
+    def opened(target: TableTarget) -> table_batch.TablePair:
+        pair = original(target)
         timed_store(pair.sink, "sink")
         timed_store(pair.quarantine, "quarantine")
         return pair

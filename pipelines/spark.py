@@ -5,7 +5,11 @@ so `PYSPARK_PYTHON` defaults to `sys.executable`.
 
 `open_session` also records what it created (`OwnedSession`), so the session and the JVM it started are
 ended (`close_session`) when their last user is done, and a session someone else in the process started and
-shares is never stopped.
+shares is never stopped. `stop_session` ends a session its owner built (a script's, the tests'), with its py4j
+gateway and JVM; a classic session still open when the interpreter exits is ended the same way first, so
+nothing of py4j is left for the interpreter's own teardown (py4j closes a connection it finds then with a log
+record, which a handler whose stream was closed by then, a test runner's capture, reports as a
+"--- Logging error ---" traceback after everything else).
 
 The data path takes either kind of session: `is_connect` tells them apart, and `parallelism` is the default
 parallelism of both (a Spark Connect session has no SparkContext to ask).
@@ -13,7 +17,9 @@ parallelism of both (a Spark Connect session has no SparkContext to ask).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -35,6 +41,7 @@ __all__ = [
     "is_connect",
     "open_session",
     "parallelism",
+    "stop_session",
 ]
 
 PYTHON_DAEMON = ("spark.python.daemon.module", "cohort.pipelines.tasks.python_daemon")
@@ -84,7 +91,10 @@ def build_session(
             builder = builder.config(*PYTHON_DAEMON)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if not remote:
+        _end_at_exit_once()
+    return session
 
 
 @dataclass(frozen=True)
@@ -226,15 +236,67 @@ def close_session(owned: OwnedSession, *, timeout_s: float = 60.0) -> None:
         _end_jvm(entry.jvm, timeout_s)
 
 
+def stop_session(session: SparkSession, *, timeout_s: float = 60.0) -> None:
+    """Stop `session` for good, and what it runs on in this process: for a classic session, the py4j gateway (its
+    connections closed) and the local JVM PySpark launched for it (one provided from outside through
+    `PYSPARK_GATEWAY_PORT` is left running); for Spark Connect, the client session. For the session's owner (a
+    script, the tests' fixture); a session `open_session` handed out is released with `close_session`.
+
+    Each step is bounded by `timeout_s` (the JVM is killed past it). A later `build_session` starts a new JVM.
+    """
+    _bounded(session.stop, timeout_s, "spark-stop")
+    if is_connect(session):
+        return
+    with SparkContext._lock:
+        proc = getattr(SparkContext._gateway, "proc", None)
+    if isinstance(proc, subprocess.Popen):
+        _end_jvm(proc, timeout_s)
+
+
+_PY4J_LOGGERS = ("py4j", "py4j.clientserver", "py4j.java_gateway")
+_exit_registered = False
+
+
+def _end_at_exit_once() -> None:
+    """Have `_end_at_exit` run when the interpreter exits (registered once per process)."""
+    global _exit_registered
+    with _opened_lock:
+        if not _exit_registered:
+            atexit.register(_end_at_exit)
+            _exit_registered = True
+
+
+def _end_at_exit(timeout_s: float = 15.0) -> None:
+    """At interpreter exit, end the classic session still open (none when its owner stopped it) as `stop_session`
+    does. py4j's loggers are silenced first: its records on closing each connection are of no use now, and the
+    handlers they would reach may write to streams closed already (a test runner's capture of the output)."""
+    with SparkContext._lock:
+        context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+    if gateway is None:
+        return
+    for name in _PY4J_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    if context is not None:
+        _bounded(context.stop, timeout_s, "spark-stop")
+    proc = getattr(gateway, "proc", None)
+    if isinstance(proc, subprocess.Popen):
+        _end_jvm(proc, timeout_s)
+
+
 def _bounded(call: Callable[[], object], timeout_s: float, name: str) -> None:
-    """Run `call` on a daemon thread; wait at most `timeout_s` (errors are ignored: we are closing)."""
+    """Run `call` on a daemon thread; wait at most `timeout_s` (errors are ignored: we are closing). Where no
+    thread can start any more (late in the interpreter's exit), `call` runs on the caller's."""
 
     def run() -> None:
         with contextlib.suppress(Exception):
             call()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:
+        run()
+        return
     thread.join(timeout_s)
 
 

@@ -17,13 +17,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -37,39 +38,25 @@ from cohort.pipelines.formats.decode import (
     naive_timestamp_policy,
     value_columns_schema,
 )
-from cohort.pipelines.formats.readers import explicit_reader
+from cohort.pipelines.formats.readers import RecordSide, explicit_reader, resolve_readers
 from cohort.pipelines.formats.registry import RegistryConnection
 from cohort.pipelines.formats.registry_decode import ReaderSchema, RegistryDecoder
 from cohort.pipelines.planning.plan import PlanLimits, ResetPolicy
-from cohort.pipelines.sink.layout import default_quarantine_root
+from cohort.pipelines.sink.layout import SinkTarget, default_quarantine_root
 from cohort.pipelines.sink.quarantine_limit import DEFAULT_FRACTION, DEFAULT_MIN_RECORDS, QuarantineLimit
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention
+from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.arrow_transform import ArrowTransform
 from cohort.pipelines.tasks.checked import RecordChecker
 from cohort.pipelines.tasks.validate import RowCheck, compile_model
 
-__all__ = ["TABLE_FORMATS", "PipelineSpec", "RecordSide"]
+__all__ = ["TABLE_FORMATS", "PipelineSpec"]
 
 TABLE_FORMATS = ("parquet", "delta", "iceberg")
 """Where a batch lands its rows: range directories of Parquet files, a Delta Lake table or an Iceberg table."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Transform = Callable[[DataFrame], DataFrame]
-
-
-class RecordSide(NamedTuple):
-    """One side of a record (its value or its key): the format settings a spec holds for it."""
-
-    what: str
-    format: str
-    schema: StructType | str | None
-    subject: str | None
-    reader: ReaderSchema | None
-
-    @property
-    def needs_registry_schema(self) -> bool:
-        """A registry format whose reader schema is neither given nor resolved yet."""
-        return self.format in REGISTRY_VALUE_FORMATS and self.schema is None and self.reader is None
 
 
 @dataclass(frozen=True)
@@ -167,7 +154,7 @@ class PipelineSpec:
     quarantine_limit: float | None = DEFAULT_FRACTION
     quarantine_limit_min_records: int = DEFAULT_MIN_RECORDS
     value_reader: ReaderSchema | None = field(default=None, repr=False)
-    """The resolved value reader schema (cohort.pipelines.formats.readers.resolve_readers fills it in)."""
+    """The resolved value reader schema (`with_readers` fills it in)."""
     key_reader: ReaderSchema | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -236,9 +223,18 @@ class PipelineSpec:
         """Whether the reader schemas are known without asking the registry."""
         return not any(self.side(what).needs_registry_schema for what in ("value", "key"))
 
+    def with_readers(self, topics: Collection[str]) -> PipelineSpec:
+        """This spec with the reader schemas the registry holds for `topics` filled in, itself when none is needed
+        (cohort.pipelines.formats.readers.resolve_readers: its errors)."""
+        readers = resolve_readers(self.side("value"), self.side("key"), self.registry, topics)
+        if not readers:
+            return self
+        value, key = readers.get("value", self.value_reader), readers.get("key", self.key_reader)
+        return dataclasses.replace(self, value_reader=value, key_reader=key)
+
     def reader(self, what: str = "value") -> ReaderSchema:
         """The reader schema of values (or keys) of a registry format; ValueError while it is still to be
-        read from the registry (resolve_readers does that when a batch starts)."""
+        read from the registry (`with_readers` does that when a batch starts)."""
         side = self.side(what)
         if side.reader is not None:
             return side.reader
@@ -300,6 +296,27 @@ class PipelineSpec:
     @property
     def quarantine_root(self) -> str:
         return self.quarantine_path or default_quarantine_root(self.sink_path)
+
+    @property
+    def sink_target(self) -> SinkTarget:
+        """Where a batch's outputs land: the sink's and the quarantine's roots, and the table format."""
+        return SinkTarget(self.sink_path, self.quarantine_root, self.table_format)
+
+    @property
+    def table_target(self) -> TableTarget:
+        """What opening the sink's tables needs (delta, iceberg); read when they are opened, since an Iceberg
+        catalog's URL given by `iceberg_catalog_env` is read then (`iceberg_catalog_url`)."""
+        if self.table_format != "iceberg":
+            return TableTarget(self.table_format, self.sink_path, self.quarantine_root, retention=self.table_retention)
+        return TableTarget(
+            "iceberg",
+            self.sink_path,
+            self.quarantine_root,
+            self.iceberg_catalog_url,
+            self.iceberg_identifiers,
+            retention=self.table_retention,
+            default_catalog=self.iceberg_catalog is None and self.iceberg_catalog_env is None,
+        )
 
     @property
     def iceberg_catalog_url(self) -> str:

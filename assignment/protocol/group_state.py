@@ -177,6 +177,9 @@ class GroupRecord:
     `rebalance_deadline` and `initial_delay_until` are set only in PreparingRebalance.
     `rerun_claims` maps a lost run (or loss) to the orchestrator that claimed its rerun, the latest
     `REMEMBERED_CLAIMS` in claim order: of several hosts' sensors seeing one loss, one reruns it.
+    `last_protocol` is the assignor of the latest generation that had members, and `last_protocols` the assignors
+    its leader declared, in order of preference: both stay when the group empties (`protocol` is None then), so
+    an Empty group still tells which assignor it runs with.
     """
 
     name: str
@@ -194,6 +197,8 @@ class GroupRecord:
     rebalance_reason: str | None = None
     created_at: float = 0.0
     rerun_claims: Mapping[str, str] = field(default_factory=dict)
+    last_protocol: str | None = None
+    last_protocols: tuple[str, ...] = ()
 
     def with_member(self, member: MemberRecord) -> GroupRecord:
         """A copy with `member` added or replaced."""

@@ -186,7 +186,7 @@ def maybe_complete_join(outcome: Outcome, ctx: Context) -> Outcome:
         return outcome.event(ctx.now, EventKind.GENERATION, reason="empty generation")
     protocol = elect_assignor(group.members.values())
     leader = group.leader_id
-    if leader not in group.members:
+    if leader is None or leader not in group.members:
         leader = min(group.members.values(), key=lambda m: m.join_seq).member_id
     # Every member left has rejoined (the rest were just removed), which shows it is alive and polling, as
     # a Kafka consumer rejoins from poll(): its session and progress clocks restart here, as they do at
@@ -209,6 +209,8 @@ def maybe_complete_join(outcome: Outcome, ctx: Context) -> Outcome:
         protocol=protocol,
         rebalance_protocol=ctx.rebalance_protocol_of(protocol),
         leader_id=leader,
+        last_protocol=protocol,
+        last_protocols=members[leader].protocols,
     )
     outcome = transition(outcome.but(cleared), _S.COMPLETING_REBALANCE, ctx.now, "join phase completed")
     return outcome.event(ctx.now, EventKind.GENERATION, leader, f"generation {generation} with {len(members)}")

@@ -130,6 +130,8 @@ def encode_group(g: GroupRecord) -> str:
             "reason": g.rebalance_reason,
             "created_at": g.created_at,
             "rerun_claims": dict(g.rerun_claims),
+            "last_protocol": g.last_protocol,
+            "last_protocols": list(g.last_protocols),
         }
     )
 
@@ -153,6 +155,8 @@ def decode_group(name: str, state: str, generation: int, text: str, members: dic
         rebalance_reason=d["reason"],
         created_at=d["created_at"],
         rerun_claims=d.get("rerun_claims", {}),  # absent in records written before claims existed
+        last_protocol=d.get("last_protocol"),  # these two: absent in records written before they were kept
+        last_protocols=tuple(d.get("last_protocols", ())),
     )
 
 

@@ -112,6 +112,8 @@ def _header_changed(old: GroupRecord, new: GroupRecord) -> bool:
         or old.rebalance_reason != new.rebalance_reason
         or old.created_at != new.created_at
         or old.rerun_claims is not new.rerun_claims
+        or old.last_protocol != new.last_protocol
+        or old.last_protocols != new.last_protocols
     )
 
 

@@ -5,7 +5,17 @@ imports it. `cohort_dag(AirflowGroup(...))` builds a group's DAG (docs/airflow.m
 """
 
 from cohort.airflow.dag import cohort_dag, signal_asset, slots_for
+from cohort.airflow.settings import group_from_settings
 from cohort.airflow.slot import AirflowGroup, SlotReport, run_slot
 from cohort.airflow.trigger import GroupWatchTrigger
 
-__all__ = ["AirflowGroup", "GroupWatchTrigger", "SlotReport", "cohort_dag", "run_slot", "signal_asset", "slots_for"]
+__all__ = [
+    "AirflowGroup",
+    "GroupWatchTrigger",
+    "SlotReport",
+    "cohort_dag",
+    "group_from_settings",
+    "run_slot",
+    "signal_asset",
+    "slots_for",
+]

@@ -5,9 +5,10 @@ names and Parquet footers, no data) and, with `--bootstrap-servers`, Kafka's com
 (cohort.runtime.sink_audit, the one the landed asset's check drives too) compares them. Besides the partitions, it
 names what readers read outside the ledger's partition folders (and, for a table, old data files no version
 references). A replay an offset reset left pending is said, and is no divergence. `--repair` applies the safe
-repairs (re-mirror Kafka behind the ledger, publish a committed range from its run's staged output; for tables,
-adopt, roll back, delete unreferenced files) and only while the group has no members, so no batch moves the ledger
-meanwhile; the rest is named and left alone. Without `--repair` nothing is written anywhere.
+repairs (re-mirror the ledger's offsets where Kafka's differ, behind or ahead: cohort.pipelines.kafka.drift; publish
+a committed range from its run's staged output; for tables, adopt, roll back, delete unreferenced files) and only
+while the group has no members, so no batch moves the ledger meanwhile; the rest is named and left alone. Without
+`--repair` nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class SinkTarget:
         """(sink, quarantine) tables; click's BadParameter for settings the spec refuses."""
         from cohort.pipelines.tables.batch import open_tables
 
-        pair = open_tables(self.spec(table_format))
+        pair = open_tables(self.spec(table_format).table_target)
         return pair.sink, pair.quarantine
 
 

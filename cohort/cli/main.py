@@ -6,13 +6,13 @@ import json
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cohort.cli.options import JSON, STORE, group_name, sink_target
 from cohort.cli.store_access import open_coordinator, require_group
-from cohort.cli.tables import print_describe, print_table
+from cohort.cli.tables import assignor_cell, print_describe, print_table
 
 if TYPE_CHECKING:
     from cohort.common.types import TopicPartition
@@ -92,7 +92,7 @@ def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]],
 @STORE
 @JSON
 def groups(store_url: str | None, as_json: bool) -> None:
-    """List groups: state, members, generation, assignor."""
+    """List groups: state, members, generation, assignor (an Empty group's last and configured ones)."""
     from cohort.cli.ops import group_rows
 
     with open_coordinator(store_url) as coordinator:
@@ -100,8 +100,15 @@ def groups(store_url: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    columns = ["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR"]
-    print_table("Cohort groups", columns, [[r[k.lower()] for k in columns] for r in rows])
+    columns = ["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR", "CONFIGURED-ASSIGNORS"]
+    print_table("Cohort groups", columns, [_group_cells(r) for r in rows])
+
+
+def _group_cells(row: Mapping[str, Any]) -> list[object]:
+    """A `groups` row as the table's cells: an Empty group's assignor is its last generation's, said so."""
+    assignor = assignor_cell(row["assignor"], row["last_assignor"])
+    configured = ", ".join(row["configured_assignors"]) or None
+    return [row["group"], row["state"], row["members"], row["generation"], assignor, configured]
 
 
 @main.command()
@@ -130,6 +137,8 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
             "state": described.state.value,
             "generation": described.generation,
             "assignor": described.assignor,
+            "last_assignor": described.last_assignor,
+            "configured_assignors": list(described.configured_assignors),
             "partitions": [r.as_dict() for r in rows],
             "resets": [r.as_dict() for r in resets],
         }
@@ -224,11 +233,12 @@ def audit(
 ) -> None:
     """Compare GROUP's ledger, Kafka's committed offsets and the sink per partition; exit 1 on any divergence.
 
-    Each divergence is named. --repair re-mirrors offsets to Kafka where it is behind the ledger and publishes a
+    Each divergence is named. --repair re-mirrors offsets to Kafka where they differ from the ledger's (a mirror
+    that failed, or Kafka's own reset tool used on the group: `cohort reset-offsets` moves a group) and publishes a
     committed range whose directory is missing from its run's staged output; for a Delta or Iceberg sink it
     adopts a table commit the ledger never saw, rolls back a quarantine commit whose sink commit never landed and
-    deletes data files no commit references. It refuses the rest (output no commit accounts for, Kafka ahead of
-    the ledger, rows lost from the sink), which need an operator.
+    deletes data files no commit references. It refuses the rest (output no commit accounts for, rows lost from
+    the sink), which need an operator.
     """
     from cohort.cli.audit import SinkTarget, audit_group
 

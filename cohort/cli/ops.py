@@ -49,7 +49,9 @@ class DescribeRow:
 
 
 def group_rows(coordinator: Coordinator) -> list[dict[str, object]]:
-    """One dict per group: name, state, members, generation, assignor."""
+    """One dict per group: name, state, members, generation, assignor (the current generation's, None while the
+    group is Empty), last assignor (the latest generation's that had members) and configured assignors (those
+    its leader declared, in order of preference)."""
     rows: list[dict[str, object]] = []
     for listing in coordinator.list_groups():
         described = coordinator.describe_group(listing.name)
@@ -60,6 +62,8 @@ def group_rows(coordinator: Coordinator) -> list[dict[str, object]]:
                 "members": listing.members,
                 "generation": listing.generation,
                 "assignor": described.assignor,
+                "last_assignor": described.last_assignor,
+                "configured_assignors": list(described.configured_assignors),
             }
         )
     return rows

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cohort.assignment.views import GroupDescription
     from cohort.cli.ops import DescribeRow, ResetRow
 
-__all__ = ["print_describe", "print_reset_plan", "print_table"]
+__all__ = ["assignor_cell", "print_describe", "print_reset_plan", "print_table"]
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -45,12 +45,23 @@ _NUMERIC = {
 }
 
 
+def assignor_cell(assignor: str | None, last_assignor: str | None) -> str | None:
+    """The assignor a group runs with: the current generation's; while the group is Empty, the latest
+    generation's, said so; None (printed "-") for a group that never had a generation with members."""
+    if assignor is not None:
+        return assignor
+    return None if last_assignor is None else f"{last_assignor} (last generation)"
+
+
 def print_describe(described: GroupDescription, rows: Sequence[DescribeRow], resets: Sequence[ResetRow] = ()) -> None:
     """Print `cohort describe`'s table for a `GroupDescription` and its `DescribeRow`s (the demo uses it)."""
     columns = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "GENERATION"]
+    assignor = assignor_cell(described.assignor, described.last_assignor) or "-"
+    configured = ", ".join(described.configured_assignors)
     title = (
         f"Group {described.name}: {described.state.value}, generation {described.generation}, "
-        f"assignor {described.assignor or '-'}, {len(described.members)} member(s)"
+        f"assignor {assignor}, {len(described.members)} member(s)"
+        + (f"; configured assignors {configured}" if configured else "")
     )
     table = [[r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.owner, r.generation] for r in rows]
     print_table(title, columns, table)

@@ -43,5 +43,5 @@ def open_auditor(
     from cohort.pipelines.tables.batch import open_tables
     from cohort.runtime.table_audit import TableAuditor
 
-    pair = open_tables(spec)
+    pair = open_tables(spec.table_target)
     return TableAuditor((pair.sink, pair.quarantine), fs, now, check_remote_files=not after_batch)

@@ -2,7 +2,7 @@
 imports, so the victim process (`harness.reliability.fault_worker`) can start its Spark JVM before it imports Dagster.
 
 `POINTS` are the Parquet sink's; `TABLE_POINTS` those of a table sink (Delta Lake, Iceberg), whose batch commits
-the quarantine table, the sink table, the ledger and Kafka in that order (cohort.pipelines.tables.sink)."""
+the quarantine table, the sink table, the ledger and Kafka in that order (cohort.pipelines.batch.table_sink)."""
 
 from __future__ import annotations
 

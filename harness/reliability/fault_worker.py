@@ -96,8 +96,8 @@ def _killing_open_tables(original: Callable[..., Any], point: str, kill: Callabl
     """`cohort.pipelines.tables.batch.open_tables` whose pair kills at a table point (`_TABLE_KILLS`)."""
     which, before = _TABLE_KILLS[point]
 
-    def open_tables(spec: Any) -> Any:
-        pair = original(spec)
+    def open_tables(target: Any) -> Any:
+        pair = original(target)
         killing = _KillingTable(getattr(pair, which), kill, before=before)
         return dataclasses.replace(pair, **{which: killing})
 

@@ -313,7 +313,7 @@ def _table_heads(
         return {}, {}
     from cohort.pipelines.tables.batch import open_tables
 
-    tables = open_tables(spec)
+    tables = open_tables(spec.table_target)
     sink, quarantine = (
         {tp: mark.head for tp, mark in table.marks(group, tps).items()} for table in (tables.sink, tables.quarantine)
     )

@@ -17,12 +17,11 @@ from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.batch.commit import commit_ranges_to, complete_committed
 from cohort.pipelines.batch.results import AdoptedRange
-from cohort.pipelines.batch.sink import OutputDirs
+from cohort.pipelines.batch.sink import OutputDirs, StagedRows
 from cohort.pipelines.batch.stage import sink_file_system, timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
-from cohort.pipelines.sink.layout import SinkFs, SinkLayout
-from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.sink.layout import SinkFs, SinkLayout, SinkTarget
 
 __all__ = ["ParquetSink", "Step"]
 
@@ -54,9 +53,10 @@ class ParquetSink:
     progress: _Progress = field(default_factory=_Progress)
 
     @classmethod
-    def open(cls, spark: Any, spec: PipelineSpec, attempt: str, stages: dict[str, float]) -> ParquetSink:
-        """The spec's sink and quarantine roots, moved with pyarrow when it reaches both, else Hadoop's FileSystem."""
-        sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+    def open(cls, spark: Any, target: SinkTarget, attempt: str, stages: dict[str, float]) -> ParquetSink:
+        """The target's sink and quarantine roots, moved with pyarrow when it reaches both, else Hadoop's
+        FileSystem."""
+        sink, quarantine = SinkLayout(target.sink_root), SinkLayout(target.quarantine_root)
         return cls(sink, quarantine, sink_file_system(spark, sink, quarantine), attempt, stages)
 
     def reconcile(self, ledger: OffsetLedger, partitions: Sequence[TopicPartition]) -> tuple[AdoptedRange, ...]:
@@ -75,15 +75,15 @@ class ParquetSink:
 
     def commit(
         self,
-        spec: PipelineSpec,
         ledger: OffsetLedger,
         plan: BatchPlan,
         ranges: Sequence[OffsetRange],
         counts: Mapping[TopicPartition, StagedCounts],
+        rows: StagedRows,
         run_id: str,
     ) -> OutputDirs:
         """Mark the staged ranges, commit them to the ledger, then publish them by renames (see the module doc);
-        the directories in place."""
+        the directories in place. Directories record no schema: `rows` goes unread."""
         to_publish = {p.tp: (p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit}
         if ranges:
             with timed(self.stages, "commit"):

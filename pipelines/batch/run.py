@@ -7,8 +7,13 @@ SparkSession, a PipelineSpec, a librdkafka configuration, the assigned partition
 It is one flow for every sink: the steps where the sinks differ (reconcile before planning, completing an earlier
 commit, what the sink holds for the replay digest, the commit, the clean-up) are those of the spec's
 `table_format`'s `BatchSink` (cohort.pipelines.batch.sink): Parquet directories
-(cohort.pipelines.batch.parquet_sink), or a Delta Lake / Iceberg table pair (cohort.pipelines.tables.sink, whose
-doc says how its table commits replace the publish below).
+(cohort.pipelines.batch.parquet_sink), or a Delta Lake / Iceberg table pair (cohort.pipelines.batch.table_sink,
+whose doc says how its table commits replace the publish below).
+
+The spec goes where its fields are needed, no further: the sinks get the record of their roots and format
+(`SinkTarget`, the tables' `TableTarget`), the reader schemas are read for its record sides
+(`PipelineSpec.with_readers`), the plan is made within its limits (`PlanLimits`); only the staging reads the whole
+spec (cohort.pipelines.batch.stage: what to decode, check, transform and how to write).
 
 Guarantees (docs/guarantees.md), told for the Parquet sink:
 
@@ -64,27 +69,28 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.commit import commit_ranges, mirror_commits, partition_result
 from cohort.pipelines.batch.parquet_sink import ParquetSink
 from cohort.pipelines.batch.results import BatchResult
-from cohort.pipelines.batch.sink import BatchSink
+from cohort.pipelines.batch.sink import BatchSink, StagedRows
 from cohort.pipelines.batch.stage import stage_outputs, timed
-from cohort.pipelines.formats.readers import resolve_readers
-from cohort.pipelines.planning.batch_plan import plan_for
+from cohort.pipelines.batch.table_sink import TableSink
+from cohort.pipelines.planning.batch_plan import plan_within
+from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.replay.check import refuse_changed
-from cohort.pipelines.sink.layout import SinkError, attempt_id
+from cohort.pipelines.sink.layout import SinkError, SinkTarget, attempt_id
 from cohort.pipelines.sink.staging_collect import staging_roots, tidy_staging
 from cohort.pipelines.spark import is_connect
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.tables.sink import TableSink
+from cohort.pipelines.tables.batch import owner_of
 from cohort.pipelines.tasks.writer import arrow_filesystem
 
 __all__ = ["connect_problem", "open_sink", "plan_for", "run_batch"]
 
 
-def connect_problem(spark: Any, spec: PipelineSpec) -> str | None:
-    """Why `spec`'s batch cannot run with `spark` when it is a Spark Connect session, None when it can (and
-    always for a classic session); run_batch raises it as a SinkError before anything is read."""
+def connect_problem(spark: Any, target: SinkTarget) -> str | None:
+    """Why a batch writing to `target` cannot run with `spark` when it is a Spark Connect session, None when it can
+    (and always for a classic session); run_batch raises it as a SinkError before anything is read."""
     if not is_connect(spark):
         return None
-    for name, root in (("sink", spec.sink_path), ("quarantine", spec.quarantine_root)):
+    for name, root in (("sink", target.sink_root), ("quarantine", target.quarantine_root)):
         if arrow_filesystem(root) is None:
             return (
                 f"the {name} root {root} is one only Hadoop's FileSystem reaches, through the driver's JVM, which a "
@@ -103,10 +109,25 @@ def open_sink(
     spark: Any, spec: PipelineSpec, ledger: OffsetLedger, group: str | None, attempt: str, stages: dict[str, float]
 ) -> BatchSink:
     """The sink of `spec`'s `table_format` for one attempt: Parquet directories, or a Delta Lake / Iceberg table pair
-    (which needs the group's name: `group`, or the ledger's)."""
+    (which needs the group's name: `group`, or the ledger's; ValueError without one, said before any table opens)."""
     if spec.table_format == "parquet":
-        return ParquetSink.open(spark, spec, attempt, stages)
-    return TableSink.open(spec, ledger, group, attempt, stages)
+        return ParquetSink.open(spark, spec.sink_target, attempt, stages)
+    owner = owner_of(ledger, group)
+    return TableSink.open(spec.table_target, owner, attempt, stages)
+
+
+def plan_for(
+    spark: Any,
+    spec: PipelineSpec,
+    kafka_config: Mapping[str, Any],
+    partitions: Sequence[TopicPartition],
+    ledger: OffsetLedger,
+    *,
+    new_partitions: Collection[TopicPartition] = (),
+) -> BatchPlan:
+    """The batch plan for `partitions` within `spec`'s limits: ledger offsets + Kafka watermarks
+    (cohort.pipelines.planning.batch_plan.plan_within)."""
+    return plan_within(spark, spec.limits(), kafka_config, partitions, ledger, new_partitions=new_partitions)
 
 
 def run_batch(
@@ -145,7 +166,8 @@ def run_batch(
         TableConflictError: a table sink's partitions were fenced by a newer generation, or diverge
             (cohort.pipelines.tables.store).
     """
-    problem = connect_problem(spark, spec)
+    target = spec.sink_target
+    problem = connect_problem(spark, target)
     if problem is not None:
         raise SinkError(f"this batch cannot run over Spark Connect: {problem}")
     if (mirror is None) != (group is None):
@@ -154,10 +176,10 @@ def run_batch(
     attempt = attempt_id(run_id)
     stages: dict[str, float] = {}
     sink = open_sink(spark, spec, ledger, group, attempt, stages)
-    spec = resolve_readers(spec, {tp.topic for tp in partitions})  # registry formats: reader schemas, once
+    spec = spec.with_readers({tp.topic for tp in partitions})  # registry formats: reader schemas, once
     adopted = sink.reconcile(ledger, partitions)
     with timed(stages, "plan"):
-        plan = plan_for(spark, spec, kafka_config, partitions, ledger, new_partitions=new_partitions)
+        plan = plan_within(spark, spec.limits(), kafka_config, partitions, ledger, new_partitions=new_partitions)
     failed = True
     try:
         warnings = sink.complete(ledger, plan)
@@ -166,11 +188,12 @@ def run_batch(
         if spec.strict_replay:
             refuse_changed(checks)
         ranges = commit_ranges(plan, counts, checks)
-        sink_dirs, quarantine_dirs = sink.commit(spec, ledger, plan, ranges, counts, run_id)
+        rows = StagedRows(lambda: spec.checker, spec.reshapes)
+        sink_dirs, quarantine_dirs = sink.commit(ledger, plan, ranges, counts, rows, run_id)
         failed = False
     finally:
         sink.clean_up(plan, failed=failed)
-    tidy_staging(sink.fs, staging_roots(spec.sink_path, spec.quarantine_root, spec.table_format), ledger)
+    tidy_staging(sink.fs, staging_roots(target.sink_root, target.quarantine_root, target.table_format), ledger)
     mirror_error = None
     if mirror is not None:
         with timed(stages, "mirror"):

@@ -1,5 +1,5 @@
 """The sink behind a batch, `BatchSink`: the steps where the Parquet sink (cohort.pipelines.batch.parquet_sink) and
-the table sinks (Delta Lake, Iceberg: cohort.pipelines.tables.sink) differ; run_batch (cohort.pipelines.batch.run)
+the table sinks (Delta Lake, Iceberg: cohort.pipelines.batch.table_sink) differ; run_batch (cohort.pipelines.batch.run)
 is the one flow around them.
 
 A sink is opened for one batch attempt and remembers how far its commit got, because that decides what its
@@ -8,8 +8,11 @@ clean-up may delete: never output the ledger may hold a commit of.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
+
+import pyarrow as pa
 
 from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition
@@ -18,12 +21,27 @@ from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.replay.check import HeldOutput
 from cohort.pipelines.sink.counts import StagedCounts
 from cohort.pipelines.sink.layout import SinkFs
-from cohort.pipelines.spec import PipelineSpec
+from cohort.pipelines.tasks.checked import RecordChecker
 
-__all__ = ["BatchSink", "OutputDirs"]
+__all__ = ["BatchSink", "OutputDirs", "StagedRows"]
 
 OutputDirs = tuple[tuple[str, ...], tuple[str, ...]]
 """The directories a batch made visible: the sink's, then the quarantine's."""
+
+
+@dataclass(frozen=True)
+class StagedRows:
+    """What the batch's staged rows are, for a sink that records their schemas (a table's commit): the reading
+    tasks' checker, got on first use (a batch that read nothing may never need it), and whether a transform
+    reshaped the sink's rows (their schema is then the transform's own)."""
+
+    checker: Callable[[], RecordChecker]
+    reshapes: bool
+
+    def schemas(self) -> tuple[pa.Schema | None, pa.Schema]:
+        """The Arrow schemas of the sink's rows (None after a transform) and of the quarantine's."""
+        checker = self.checker()
+        return None if self.reshapes else checker.sink_schema, checker.quarantine_schema
 
 
 class BatchSink(Protocol):
@@ -48,15 +66,15 @@ class BatchSink(Protocol):
 
     def commit(
         self,
-        spec: PipelineSpec,
         ledger: OffsetLedger,
         plan: BatchPlan,
         ranges: Sequence[OffsetRange],
         counts: Mapping[TopicPartition, StagedCounts],
+        rows: StagedRows,
         run_id: str,
     ) -> OutputDirs:
-        """Commit `ranges` to the ledger (the fencing point) and make the staged output visible; `spec` has its
-        reader schemas resolved. A refused commit raises, and nothing is visible."""
+        """Commit `ranges` to the ledger (the fencing point) and make the staged output (`counts`, `rows`) visible.
+        A refused commit raises, and nothing is visible."""
         ...
 
     def clean_up(self, plan: BatchPlan, *, failed: bool) -> None:

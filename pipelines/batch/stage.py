@@ -146,7 +146,7 @@ def stage_outputs(
         with timed(stages, "verify"):
             return {}, {}, check_outputs(fs, *held, attempt, plan)
     sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
-    tasks_write = _tasks_can_write(spec, sink, quarantine, attempt)
+    tasks_write = _tasks_can_write(spec.compression, sink, quarantine, attempt)
     if tasks_write and spec.transform is not None:
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job: the tasks write the quarantine and hand the JVM the valid rows, as Arrow, to transform
@@ -198,10 +198,10 @@ def sink_file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> Si
     return HadoopFs(spark)
 
 
-def _tasks_can_write(spec: PipelineSpec, sink: SinkLayout, quarantine: SinkLayout, attempt: str) -> bool:
+def _tasks_can_write(compression: str, sink: SinkLayout, quarantine: SinkLayout, attempt: str) -> bool:
     """Whether the reading tasks write the outputs themselves (with a transform, the quarantine only): pyarrow
-    can write the codec and both staging roots."""
-    return arrow_compression(spec.compression) is not None and all(
+    can write the `compression` codec and both staging roots."""
+    return arrow_compression(compression) is not None and all(
         arrow_filesystem(layout.staging_root(attempt)) is not None for layout in (sink, quarantine)
     )
 

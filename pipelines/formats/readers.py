@@ -1,25 +1,39 @@
 """Reader schemas of the Schema Registry formats: given explicitly, or the latest version of a subject.
 
 Resolved once per batch on the driver (`resolve_readers`), before any task starts, so every record of the
-batch decodes into the same columns and a subject that is missing fails the batch with its name. The
-resolved spec is what the reading tasks receive.
+batch decodes into the same columns and a subject that is missing fails the batch with its name. It reads a
+spec's `RecordSide`s (its value's and its key's format settings) and the registry's connection, and returns the
+reader schemas it read; the spec with them filled in (`PipelineSpec.with_readers`) is what the reading tasks
+receive.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import NamedTuple
 
 from pyspark.sql.types import StructType
 
-from cohort.pipelines.formats.registry import SchemaSource
+from cohort.pipelines.formats.decode import REGISTRY_VALUE_FORMATS
+from cohort.pipelines.formats.registry import RegistryConnection, SchemaSource
 from cohort.pipelines.formats.registry_decode import ReaderSchema
 
-if TYPE_CHECKING:
-    from cohort.pipelines.spec import PipelineSpec
+__all__ = ["RecordSide", "explicit_reader", "resolve_readers"]
 
-__all__ = ["explicit_reader", "resolve_readers"]
+
+class RecordSide(NamedTuple):
+    """One side of a record (its value or its key): the format settings a spec holds for it."""
+
+    what: str
+    format: str
+    schema: StructType | str | None
+    subject: str | None
+    reader: ReaderSchema | None
+
+    @property
+    def needs_registry_schema(self) -> bool:
+        """A registry format whose reader schema is neither given nor resolved yet."""
+        return self.format in REGISTRY_VALUE_FORMATS and self.schema is None and self.reader is None
 
 
 def explicit_reader(fmt: str, schema: StructType | str, what: str = "value") -> ReaderSchema:
@@ -38,26 +52,26 @@ def explicit_reader(fmt: str, schema: StructType | str, what: str = "value") -> 
     return ReaderSchema(fmt, schema, avro_from_spark(schema) if fmt == "avro" else None)
 
 
-def resolve_readers(spec: PipelineSpec, topics: Collection[str]) -> PipelineSpec:
-    """`spec` with the reader schemas the registry holds filled in (unchanged when none is needed).
+def resolve_readers(
+    value: RecordSide, key: RecordSide, registry: RegistryConnection | None, topics: Collection[str]
+) -> dict[str, ReaderSchema]:
+    """The reader schemas the registry holds for the sides that need one (`value`, `key`), by side (`what`);
+    empty when none does.
 
     Raises ValueError naming the subject when it is missing, when the topics' subjects hold different
     schemas, or when the latest schema cannot become columns; RegistryUnavailableError when the registry
     cannot be reached, RegistryError when it refuses the credentials.
     """
-    if spec.resolved:
-        return spec
-    if spec.registry is None:
+    needed = [side for side in (value, key) if side.needs_registry_schema]
+    if not needed:
+        return {}
+    if registry is None:
         raise ValueError(
-            f"the {spec.value_format!r} format reads its schemas from a Schema Registry: give "
+            f"the {value.format!r} format reads its schemas from a Schema Registry: give "
             "PipelineSpec(registry=RegistryConnection(url=...))"
         )
-    source = SchemaSource(spec.registry)
-    changes: dict[str, Any] = {}
-    for side in (spec.side("value"), spec.side("key")):
-        if side.needs_registry_schema:
-            changes[f"{side.what}_reader"] = _latest_reader(source, side.format, side.subject, topics, side.what)
-    return dataclasses.replace(spec, **changes)
+    source = SchemaSource(registry)
+    return {side.what: _latest_reader(source, side.format, side.subject, topics, side.what) for side in needed}
 
 
 def _latest_reader(

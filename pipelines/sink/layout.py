@@ -45,6 +45,7 @@ __all__ = [
     "SinkError",
     "SinkFs",
     "SinkLayout",
+    "SinkTarget",
     "TreeEntry",
     "attempt_id",
     "attempt_run_tag",
@@ -62,6 +63,16 @@ _RUN_TAG_LENGTH = 24
 def default_quarantine_root(sink_path: str) -> str:
     """Where the quarantine goes when none is given: `<sink>/_quarantine`, which Spark's readers of the sink skip."""
     return f"{sink_path.rstrip('/')}/_quarantine"
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where a batch's outputs land: the sink's and the quarantine's roots as given (local paths or URIs), and
+    the sink's `table_format` (parquet: range directories under the roots; delta, iceberg: a table at each)."""
+
+    sink_root: str
+    quarantine_root: str
+    table_format: str = "parquet"
 
 
 def run_tag(run_id: str) -> str:

@@ -1,1 +1,2 @@
-"""Table sinks (Delta Lake and Iceberg): stores, the batch's commit, reconciling, compaction, retention, audit."""
+"""Table sinks (Delta Lake and Iceberg): stores, their target, reconciling, compaction, retention, audit; a batch's
+commits to them are the batch's (cohort.pipelines.batch.table_sink)."""

@@ -1,12 +1,12 @@
-"""A group's two tables as a batch finds them (Delta Lake or Apache Iceberg): opening the pair (`open_tables`, the
-seam tests and the fault harness replace), who commits to them (`owner_of`), the reconcile before planning and the
-sweep of data directories no commit references.
+"""A group's two tables as a batch finds them (Delta Lake or Apache Iceberg): opening the pair at a `TableTarget`
+(`open_tables`, the seam tests and the fault harness replace), who commits to them (`owner_of`), the reconcile
+before planning and the sweep of data directories no commit references.
 
 **Reconcile** (`reconcile_tables`, the decisions in cohort.pipelines.tables.reconcile): before a batch plans, the
 member fences its partitions in both tables with its generation, adopts into the ledger a sink commit the ledger
 never saw (a batch that died between its table commit and its ledger commit), and rolls back a quarantine commit
 whose sink commit never landed; then it sweeps the partitions' orphaned data directories (`sweep`). The batch's
-own table commits are the table sink's (cohort.pipelines.tables.sink).
+own table commits are the table sink's (cohort.pipelines.batch.table_sink).
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.planning.positions import RangeLedger
 from cohort.pipelines.sink.layout import SinkFs
-from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables.reconcile import LedgerPosition, Reconcile, ahead_of_ledger, problems, reconcile_partition
-from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention
 from cohort.pipelines.tables.store import (
     Owner,
     PartitionMark,
@@ -30,6 +28,7 @@ from cohort.pipelines.tables.store import (
     data_dir,
     parse_data_path,
 )
+from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.writer import ArrowFs
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "owner_of",
     "reconcile_tables",
     "sweep",
-    "table_pair",
 ]
 
 
@@ -54,46 +52,26 @@ class TablePair:
         return self.quarantine, self.sink
 
 
-def open_tables(spec: PipelineSpec) -> TablePair:
-    """The spec's sink and quarantine tables in its `table_format` (delta or iceberg)."""
-    if spec.table_format == "iceberg":
-        return table_pair(
-            "iceberg",
-            spec.sink_path,
-            spec.quarantine_root,
-            spec.iceberg_catalog_url,
-            spec.iceberg_identifiers,
-            retention=spec.table_retention,
-        )
-    return table_pair(spec.table_format, spec.sink_path, spec.quarantine_root, retention=spec.table_retention)
-
-
-def table_pair(
-    table_format: str,
-    sink_root: str,
-    quarantine_root: str,
-    catalog_url: str | None = None,
-    identifiers: tuple[str, str] | None = None,
-    *,
-    retention: TableRetention | None = DEFAULT_RETENTION,
-) -> TablePair:
-    """The two tables of a sink: Delta tables at the roots, or Iceberg tables `identifiers` of the SQL catalog at
-    `catalog_url` located at the roots; `retention`: how long they keep old versions (None: forever)."""
-    if table_format == "delta":
-        from cohort.pipelines.tables.delta import DeltaTableStore
+def open_tables(target: TableTarget) -> TablePair:
+    """The sink and quarantine tables of `target` (a spec's is `PipelineSpec.table_target`): Delta tables at the
+    roots, or Iceberg tables of the SQL catalog at its URL located at the roots."""
+    retention = target.retention
+    if target.table_format == "delta":
+        from cohort.pipelines.tables.delta.store import DeltaTableStore
 
         return TablePair(
-            DeltaTableStore(sink_root, retention=retention), DeltaTableStore(quarantine_root, retention=retention)
+            DeltaTableStore(target.sink_root, retention=retention),
+            DeltaTableStore(target.quarantine_root, retention=retention),
         )
-    if table_format == "iceberg" and catalog_url is not None and identifiers is not None:
-        from cohort.pipelines.tables.iceberg import IcebergTableStore
+    if target.table_format == "iceberg" and target.catalog_url is not None and target.identifiers is not None:
+        from cohort.pipelines.tables.iceberg.store import IcebergTableStore
 
-        sink_id, quarantine_id = identifiers
+        url, (sink_id, quarantine_id) = target.catalog_url, target.identifiers
         return TablePair(
-            IcebergTableStore(sink_root, catalog_url=catalog_url, identifier=sink_id, retention=retention),
-            IcebergTableStore(quarantine_root, catalog_url=catalog_url, identifier=quarantine_id, retention=retention),
+            IcebergTableStore(target.sink_root, catalog_url=url, identifier=sink_id, retention=retention),
+            IcebergTableStore(target.quarantine_root, catalog_url=url, identifier=quarantine_id, retention=retention),
         )
-    raise ValueError(f"{table_format!r} is not a table format (delta; iceberg with a catalog and identifiers)")
+    raise ValueError(f"{target.table_format!r} is not a table format (delta; iceberg with a catalog and identifiers)")
 
 
 def owner_of(ledger: OffsetLedger, group: str | None) -> Owner:

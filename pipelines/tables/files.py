@@ -96,11 +96,11 @@ def references(table: TableStore) -> tuple[Iterable[str], Iterable[str]] | None:
     """(the current version's data file paths, an iterator of older versions' paths, newest first), relative to
     the table root; None for a store of another kind (nothing is judged)."""
     module = type(table).__module__
-    if module == "cohort.pipelines.tables.iceberg":
-        from cohort.pipelines.tables.iceberg import referenced_data_paths
+    if module == "cohort.pipelines.tables.iceberg.store":
+        from cohort.pipelines.tables.iceberg.store import referenced_data_paths
 
         return referenced_data_paths(table)  # type: ignore[arg-type]
-    if module == "cohort.pipelines.tables.delta":
+    if module == "cohort.pipelines.tables.delta.store":
         return _delta_references(table)
     return None
 

@@ -67,7 +67,7 @@ def expire_iceberg(table: Any, retention: TableRetention, relative: Callable[[st
     if not expired and not missing:
         return 0
     doomed = _only_expired(table, expired, relative) if expired else []
-    from cohort.pipelines.tables.iceberg_transaction import MetadataOnceTransaction
+    from cohort.pipelines.tables.iceberg.transaction import MetadataOnceTransaction
 
     tx = MetadataOnceTransaction(table)  # expiring by id reads the staged metadata once per snapshot
     if missing:

@@ -251,3 +251,46 @@ def test_an_unknown_slot_is_refused_at_launch(make_setup):
         else:
             raise AssertionError("slot 3 of a two-slot group was accepted")
         assert fresh.get_runs() == []  # refused before any run exists
+
+
+def _undelivered_outputs(instance, run_id):
+    """The run's log lines saying an op did not yield outputs it declared (Dagster's note when a check spec's
+    result never comes back as the op's own result)."""
+    return [e.user_message for e in instance.all_logs(run_id) if "did not yield" in e.user_message]
+
+
+def test_a_group_batch_yields_its_checks_as_its_own_results(
+    make_setup, topic_factory, produce_records, instance, spark
+):
+    """The checks declared on the group's batch op are that op's results: a passing batch's run log (and the
+    checks job's) says nothing of outputs it did not yield, and a failing check still shows as failed."""
+    topic = topic_factory(2, suffix="yielded")
+    produce_records(topic, json_records(10, 2))
+    setup = make_setup((topic,), slots=2, settings={"initial_rebalance_delay_s": 0.0})
+    config = config_for(setup)
+    defs = definitions_for(setup)
+    batch = defs.resolve_job_def(T.get_job_name(config.group))
+    checks_job = defs.resolve_job_def(T.get_checks_job_name(config.group))
+    every_check = {CHECK_CONTIGUOUS: True, CHECK_LAG: True, CHECK_SINK: True}
+
+    passing = batch.execute_in_process(instance=instance)
+    assert passing.success
+    assert {e.check_name: e.passed for e in passing.get_asset_check_evaluations()} == every_check
+    assert _undelivered_outputs(instance, passing.run_id) == []
+    alone = checks_job.execute_in_process(instance=instance)
+    assert {e.check_name: e.passed for e in alone.get_asset_check_evaluations()} == every_check
+    assert _undelivered_outputs(instance, alone.run_id) == []
+
+    key = T.get_asset_key(config.group, topic)
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, partition="1"))  # by hand: no offsets
+    failing = batch.execute_in_process(instance=instance)
+    assert failing.success  # the checks are not blocking: the batch's work stands
+    assert {e.check_name: e.passed for e in failing.get_asset_check_evaluations()} == {
+        **every_check,
+        CHECK_CONTIGUOUS: False,
+    }
+    [record] = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(key, CHECK_CONTIGUOUS), limit=1
+    )
+    assert record.run_id == failing.run_id and record.status.value == "FAILED"
+    assert _undelivered_outputs(instance, failing.run_id) == []

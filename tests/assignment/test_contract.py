@@ -198,6 +198,26 @@ def test_the_assignor_is_elected_by_vote_and_inconsistent_members_are_refused(co
         Client(coordinator, "g", "y", assignors=()).join()
 
 
+def test_an_empty_group_still_tells_its_last_assignor_and_its_leaders_assignors(coordinator: Coordinator) -> None:
+    """Emptied, a group has no current assignor (as in Kafka), and still tells the assignor of its last generation
+    and the assignors that generation's leader declared, in its order; the next generation elects afresh."""
+    coordinator.report_topic_metadata("g", {"t": 2})
+    a = Client(coordinator, "g", "a", assignors=("roundrobin", "range"))
+    b = Client(coordinator, "g", "b", assignors=("range", "roundrobin"))
+    _stable(coordinator, a, b)  # one vote each: the leader's preference wins the tie
+
+    def assignors() -> tuple[GroupState, str | None, str | None, tuple[str, ...]]:
+        described = coordinator.describe_group("g")
+        return described.state, described.assignor, described.last_assignor, described.configured_assignors
+
+    assert assignors() == (GroupState.STABLE, "roundrobin", "roundrobin", ("roundrobin", "range"))
+    a.leave()
+    b.leave()
+    assert assignors() == (GroupState.EMPTY, None, "roundrobin", ("roundrobin", "range"))
+    _stable(coordinator, Client(coordinator, "g", "c", assignors=("range",)))
+    assert assignors() == (GroupState.STABLE, "range", "range", ("range",))
+
+
 def test_session_timeout_bounds_and_group_size(make_coordinator: CoordinatorFactory) -> None:
     coordinator = make_coordinator(GroupConfig(initial_rebalance_delay=0, max_size=2))
     for bad in (5.9, 1800.5):

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables.batch import open_tables
-from cohort.pipelines.tables.iceberg import CATALOG_NAME
+from cohort.pipelines.tables.iceberg.store import CATALOG_NAME
 from cohort.pipelines.tables.store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "tables.md"
@@ -47,7 +47,7 @@ def test_the_page_names_the_catalog_and_its_block_opens_the_tables(tmp_path: Pat
     assert match is not None, "docs/tables.md lost its block titled 'open the Iceberg tables'"
     lake = tmp_path / "lake" / "orders"
     spec = PipelineSpec(sink_path=str(lake), table_format="iceberg", value_format="bytes")
-    tables = open_tables(spec)  # the defaults: <sink_path>/_catalog.sqlite, cohort.orders(_quarantine)
+    tables = open_tables(spec.table_target)  # the defaults: <sink_path>/_catalog.sqlite, cohort.orders(_quarantine)
     _land(tables.sink, 7)
     _land(tables.quarantine, 2)
     printed = io.StringIO()

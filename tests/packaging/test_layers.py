@@ -1,7 +1,7 @@
 """The dependency direction, read from the sources: assets -> resources -> runtime -> pipelines / assignment ->
 common, the Airflow face beside the Dagster one, and neither face imported by the core or by the other; inside
-pipelines/, what runs on executors (tasks/, formats/) imports none of the driver's rooms; and no import cycle
-anywhere in the package.
+pipelines/, what runs on executors (tasks/, formats/) imports none of the driver's rooms, and the lower rooms know
+neither the spec nor the batch; and no import cycle anywhere in the package, typing-only imports counted too.
 
 A static check of every import statement (module level or inside a function) of each layer's folder, so a
 lazy import cannot slip a Dagster or Airflow dependency into the core.
@@ -28,6 +28,10 @@ _DRIVER_ROOMS = (
 )
 """The rooms of pipelines/ that run on the driver only: the executors' code (tasks/, formats/) imports none."""
 
+_ABOVE_THE_ROOMS = ("cohort.pipelines.spec", "cohort.pipelines.spec_settings", "cohort.pipelines.batch")
+"""The spec (the front door) and the batch that reads it: the lower rooms of pipelines/ are handed the small records
+they need (a `RecordSide`, `PlanLimits`, a `SinkTarget`, a `TableTarget`) and import neither."""
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "common": ("cohort.assignment", "cohort.pipelines", "cohort.resources", "cohort.assets", "cohort.airflow",
                "dagster", "airflow", "pyspark"),
@@ -35,8 +39,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                    "pyspark"),
     "pipelines": ("cohort.assignment", "cohort.runtime", "cohort.resources", "cohort.assets", "cohort.airflow",
                   "dagster", "airflow"),
-    "pipelines/tasks": _DRIVER_ROOMS,
-    "pipelines/formats": _DRIVER_ROOMS,
+    "pipelines/tasks": (*_DRIVER_ROOMS, *_ABOVE_THE_ROOMS),
+    "pipelines/formats": (*_DRIVER_ROOMS, *_ABOVE_THE_ROOMS),
+    "pipelines/planning": _ABOVE_THE_ROOMS,
+    "pipelines/sink": _ABOVE_THE_ROOMS,
+    "pipelines/tables": _ABOVE_THE_ROOMS,
+    "pipelines/kafka": _ABOVE_THE_ROOMS,
+    "pipelines/replay": _ABOVE_THE_ROOMS,
     "assignment/protocol": ("sqlalchemy", "cohort.assignment.store", "cohort.assignment.coordinator",
                             "cohort.assignment.member"),
     "cohort/runtime": ("cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow"),
@@ -130,12 +139,12 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _dependencies(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules `path` imports when it runs (module level or in a function, not under TYPE_CHECKING);
-    `from package import module` counts as importing the module."""
+def _dependencies(path: Path, modules: dict[str, Path], *, typing_only: bool = False) -> set[str]:
+    """The package's modules `path` imports when it runs (module level or in a function), and with `typing_only`
+    those it imports under TYPE_CHECKING too; `from package import module` counts as importing the module."""
     found = set()
     for i in import_statements(path):
-        if i.typing_only:
+        if i.typing_only and not typing_only:
             continue
         found |= {f"{i.module}.{n}" if f"{i.module}.{n}" in modules else i.module for n in i.names or ("",)}
     return found & modules.keys()
@@ -187,6 +196,14 @@ def test_no_module_imports_itself_back_through_others() -> None:
     """No import cycle anywhere in the package: a module that needs another's code depends on it one way."""
     modules = _modules()
     graph = {name: _dependencies(path, modules) - {name} for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_no_module_names_itself_back_through_others_even_in_types() -> None:
+    """No cycle either once the imports under TYPE_CHECKING count: a module that only names another's types
+    depends on it one way as well (a typing-only import back up is a dependency the runtime graph hides)."""
+    modules = _modules()
+    graph = {name: _dependencies(path, modules, typing_only=True) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
 
 

@@ -15,6 +15,7 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair
 from cohort.pipelines.tables.store import TableCommit, TableStore
+from cohort.pipelines.tables.target import TableTarget
 from tests.support.orders import ORDER_SCHEMA, Order, order
 
 
@@ -47,8 +48,8 @@ def hook(
     """Open the tables of the next batches through `Hooked` stores (the hooks run once, then are dropped)."""
     real = table_batch.open_tables
 
-    def opened(spec: PipelineSpec) -> TablePair:
-        pair = real(spec)
+    def opened(target: TableTarget) -> TablePair:
+        pair = real(target)
         return TablePair(Hooked(pair.sink, **(sink or {})), Hooked(pair.quarantine, **(quarantine or {})))  # type: ignore[arg-type]
 
     monkeypatch.setattr(table_batch, "open_tables", opened)

@@ -21,7 +21,6 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from cohort.pipelines import PipelineSpec
 from cohort.pipelines.formats.decode import REASON_COLUMN
-from cohort.pipelines.formats.readers import resolve_readers
 from cohort.pipelines.formats.registry import RegistryConnection, RegistryError, RegistryUnavailableError
 from cohort.pipelines.tasks.reader import RECORD_SCHEMA
 from harness.schema_registry import SchemaRegistryServer
@@ -63,7 +62,7 @@ def raw_batch(values: list[bytes | None]) -> pa.RecordBatch:
 
 
 def check(spec: PipelineSpec, values: list[bytes | None]) -> tuple[list[dict[str, Any]], list[str | None]]:
-    spec = resolve_readers(spec, [TOPIC])
+    spec = spec.with_readers([TOPIC])
     checked = spec.checker.check(raw_batch(values))
     rows = spec.checker.sink_rows(checked).drop_columns(["kafka"]).to_pylist()
     return rows, checked.column(REASON_COLUMN).to_pylist()
@@ -138,14 +137,13 @@ def test_the_model_checks_the_columns_of_the_registry_reader_schema(registry):
     unknown = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry), model=NoteModel)
     # the latest schema dropped `note`: the batch fails at its start
     with pytest.raises(ValueError, match=r"NoteModel.note: no such column among the decoded values"):
-        resolve_readers(unknown, [TOPIC])
+        unknown.with_readers([TOPIC])
 
 
 def test_a_registry_outage_fails_the_batch_instead_of_quarantining(registry):
     records = serialize(registry, AvroSerializer, json.dumps(V1), [{"id": 1, "amount": 1.0, "note": "x"}])
-    spec = resolve_readers(
-        PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry)), [TOPIC]
-    )
+    spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry))
+    spec = spec.with_readers([TOPIC])
     registry.stop()
     with pytest.raises(RegistryUnavailableError, match="unreachable"):
         spec.checker.check(raw_batch(records))
@@ -192,10 +190,9 @@ def test_keys_decode_into_a_key_column(registry):
     key_serializer = AvroSerializer(client, json.dumps("string"))
     key = key_serializer("customer-9", SerializationContext(TOPIC, MessageField.KEY))
     value = serialize(registry, AvroSerializer, json.dumps(V1), [{"id": 1, "amount": 1.0, "note": "x"}])[0]
-    spec = resolve_readers(
-        PipelineSpec(sink_path="/tmp/unused", value_format="avro", key_format="avro", registry=connection(registry)),
-        [TOPIC],
-    )
+    spec = PipelineSpec(
+        sink_path="/tmp/unused", value_format="avro", key_format="avro", registry=connection(registry)
+    ).with_readers([TOPIC])
     batch = raw_batch([value]).set_column(4, "key", pa.array([key], pa.binary()))
     rows = spec.checker.sink_rows(spec.checker.check(batch)).drop_columns(["kafka"]).to_pylist()
     assert rows == [{"key": "customer-9", "id": 1, "amount": 1.0, "note": "x"}]
@@ -207,14 +204,14 @@ def test_refused_credentials_are_named_not_taken_for_an_outage_or_a_missing_subj
         wrong = RegistryConnection(server.url, username="cohort", password="wrong", max_retries=0)
         spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=wrong)
         with pytest.raises(RegistryError, match="refused the credentials") as refused:
-            resolve_readers(spec, [TOPIC])
+            spec.with_readers([TOPIC])
         assert not isinstance(refused.value, RegistryUnavailableError) and "wrong" not in str(refused.value)
 
 
 def test_a_missing_subject_is_named(registry):
     spec = PipelineSpec(sink_path="/tmp/unused", value_format="avro", registry=connection(registry))
     with pytest.raises(ValueError, match="subject 'orders-value' is not in the Schema Registry"):
-        resolve_readers(spec, [TOPIC])
+        spec.with_readers([TOPIC])
 
 
 ADDRESS = {

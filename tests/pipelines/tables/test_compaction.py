@@ -30,7 +30,7 @@ RETENTION = TableRetention(keep_s=0, min_versions=3, history_s=0, every_commits=
 
 
 def _merged(spec: PipelineSpec, tp: TopicPartition) -> list[DataFile]:
-    return [f for f in open_tables(spec).sink.files([tp]) if f.attempt.startswith(COMPACT_ATTEMPT)]
+    return [f for f in open_tables(spec.table_target).sink.files([tp]) if f.attempt.startswith(COMPACT_ATTEMPT)]
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])
@@ -54,16 +54,16 @@ def test_compaction_keeps_replays_and_the_audit_exact(
     for _ in range(5):  # 5 small batches of 2 offsets a partition: the maintenance merges runs of them
         run_batch(spark, spec, kafka_config, tps, ledger)
     merged = _merged(spec, tps[0])
-    assert merged, open_tables(spec).sink.files([tps[0]])
+    assert merged, open_tables(spec.table_target).sink.files([tps[0]])
     big = max(merged, key=lambda f: f.until_offset - f.from_offset)
     assert big.until_offset - big.from_offset >= 6 and re.fullmatch(r"\d+-\d+-compact[0-9a-z]+", big.path.split("/")[3])
-    assert len(open_tables(spec).sink.files([tps[0]])) < 5
+    assert len(open_tables(spec.table_target).sink.files([tps[0]])) < 5
     assert table_offsets(spec) == expected(20)[0]
     args = [group, "--store-url", sqlite_url, "--sink", spec.sink_path, "--table-format", table_format]
     code, report, _ = cohort_audit(*args)
     assert (code, report["ok"]) == (0, True), report
 
-    sink = open_tables(spec).sink  # a replay that read the small files before the compaction landed is refused
+    sink = open_tables(spec.table_target).sink  # a replay that read the small files before the compaction landed is refused
     small = DataFile(topic, 0, big.from_offset, big.from_offset + 2, "0abc", big.path.replace("compact", "x"), 1)
     marks = sink.marks(group, [tps[0]])
     stale = TableCommit(
@@ -80,7 +80,7 @@ def test_compaction_keeps_replays_and_the_audit_exact(
     coordinator.reset_offsets(group, {tps[0]: cut}, actor="test", reason="compaction test")
     replay = run_batch(spark, spec, kafka_config, [tps[0]], ledger)
     assert (replay.committed[0].from_offset, replay.committed[0].until_offset) == (cut, cut + 2)
-    kept = [f for f in open_tables(spec).sink.files([tps[0]]) if f.from_offset == big.from_offset]
+    kept = [f for f in open_tables(spec.table_target).sink.files([tps[0]]) if f.from_offset == big.from_offset]
     assert [(f.from_offset, f.until_offset) for f in kept] == [(big.from_offset, cut)]  # the rows below the offset
     assert table_offsets(spec) == expected(20)[0]
     for _ in range(8):  # catch up, more clean-ups and compactions after the replay

@@ -48,16 +48,16 @@ from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy.exc import ArgumentError, IntegrityError
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.tables.iceberg_catalog import ReusingSqlCatalog, create_catalog_tables
-from cohort.pipelines.tables.iceberg_errors import catalog_errors, first_line, schema_mismatch
-from cohort.pipelines.tables.iceberg_files import (
+from cohort.pipelines.tables.iceberg.catalog import ReusingSqlCatalog, create_catalog_tables
+from cohort.pipelines.tables.iceberg.errors import catalog_errors, first_line, schema_mismatch
+from cohort.pipelines.tables.iceberg.files import (
     check_files_exist,
     live_files,
     referenced_paths,
     relative_path,
     snapshot_entries,
 )
-from cohort.pipelines.tables.iceberg_marks import (
+from cohort.pipelines.tables.iceberg.marks import (
     AssertCohortMarks,
     compact_json,
     expected_properties,
@@ -65,11 +65,11 @@ from cohort.pipelines.tables.iceberg_marks import (
     new_properties,
     read_mark,
 )
-from cohort.pipelines.tables.iceberg_schema import (
+from cohort.pipelines.tables.iceberg.schema import (
     arrow_schema,
     check_required_fields,
 )
-from cohort.pipelines.tables.iceberg_transaction import MetadataOnceTransaction
+from cohort.pipelines.tables.iceberg.transaction import MetadataOnceTransaction
 from cohort.pipelines.tables.maintenance import ICEBERG_PROPERTIES, compact_files, expire_iceberg, run_safely
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, maintenance_due
 from cohort.pipelines.tables.store import (

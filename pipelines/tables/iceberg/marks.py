@@ -1,6 +1,6 @@
 """Cohort's marks as Iceberg table properties (`<mark key>/head`, `/generation`, `/reach`, and `/last`: the batch
 that last moved the head): read, written, and guarded by a custom table requirement (`AssertCohortMarks`) that
-makes the compare-and-set and the catalog's pointer swap one atomic step (cohort.pipelines.tables.iceberg)."""
+makes the compare-and-set and the catalog's pointer swap one atomic step (cohort.pipelines.tables.iceberg.store)."""
 
 from __future__ import annotations
 

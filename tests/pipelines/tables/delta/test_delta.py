@@ -1,4 +1,4 @@
-"""The Delta Lake table store (cohort.pipelines.tables.delta) on real delta-rs tables in a temporary directory:
+"""The Delta Lake table store (cohort.pipelines.tables.delta.store) on real delta-rs tables in a temporary directory:
 commits land atomically with their marks, stale marks are refused, races have one winner, a lost answer is not
 committed twice, and what readers see (rows, stats, schema) is right. No Spark: pyarrow writes the files."""
 
@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.tables.delta import DeltaStoreError, DeltaTableStore, parquet_stats
+from cohort.pipelines.tables.delta.store import DeltaStoreError, DeltaTableStore, parquet_stats
 from cohort.pipelines.tables.store import (
     BatchRecord,
     DataFile,

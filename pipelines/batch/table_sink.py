@@ -1,5 +1,6 @@
 """The table sinks behind a batch (Delta Lake and Apache Iceberg, through their `TableStore` pair): `TableSink`,
-run_batch's `BatchSink` for a spec whose `table_format` is delta or iceberg (cohort.pipelines.batch.sink).
+run_batch's `BatchSink` for a spec whose `table_format` is delta or iceberg (cohort.pipelines.batch.sink), over the
+table stores of cohort.pipelines.tables, which know nothing of the batch.
 
 The reading, decoding, validation and counting are those of the Parquet sink: the tasks write both outputs into
 `<table>/_staging/<attempt>/`. What differs is how the output becomes visible:
@@ -36,14 +37,13 @@ from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.batch.commit import commit_ranges_to
 from cohort.pipelines.batch.results import AdoptedRange
-from cohort.pipelines.batch.sink import OutputDirs
+from cohort.pipelines.batch.sink import OutputDirs, StagedRows
 from cohort.pipelines.batch.stage import timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
 from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout
-from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tables import batch as table_batch
-from cohort.pipelines.tables.batch import TablePair, owner_of, reconcile_tables
+from cohort.pipelines.tables.batch import TablePair, reconcile_tables
 from cohort.pipelines.tables.store import (
     BatchRecord,
     DataFile,
@@ -56,6 +56,7 @@ from cohort.pipelines.tables.store import (
     compare_and_set,
     data_dir,
 )
+from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 
 __all__ = ["TableSink"]
@@ -269,22 +270,20 @@ class TableSink:
     progress: _Progress = field(default_factory=_Progress)
 
     @classmethod
-    def open(
-        cls, spec: PipelineSpec, ledger: OffsetLedger, group: str | None, attempt: str, stages: dict[str, float]
-    ) -> TableSink:
-        """The spec's tables for `attempt`; ValueError without a group's name, SinkError for a root pyarrow cannot
-        reach. Creates the default Iceberg catalog's directory (a SQLite file at the sink's root)."""
-        owner = owner_of(ledger, group)
-        tables = table_batch.open_tables(spec)  # through its module: the tests and the fault harness replace it
+    def open(cls, target: TableTarget, owner: Owner, attempt: str, stages: dict[str, float]) -> TableSink:
+        """The target's tables for `attempt`, committed to by `owner`; SinkError for a root pyarrow cannot reach.
+        Creates the default Iceberg catalog's directory (a SQLite file at the sink's root)."""
+        tables = table_batch.open_tables(target)  # through its module: the tests and the fault harness replace it
         for table in tables.both():
             if arrow_filesystem(table.root) is None:
                 raise SinkError(
-                    f"a {spec.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
+                    f"a {target.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
                 )
         fs = ArrowFs()
-        if spec.table_format == "iceberg" and spec.iceberg_catalog is None and spec.iceberg_catalog_env is None:
-            fs.make_dirs(spec.sink_path)  # the default catalog is a SQLite file there
-        return cls(tables, owner, SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root), fs, attempt, stages)
+        if target.default_catalog:
+            fs.make_dirs(target.sink_root)  # the default catalog is a SQLite file there
+        sink, quarantine = SinkLayout(target.sink_root), SinkLayout(target.quarantine_root)
+        return cls(tables, owner, sink, quarantine, fs, attempt, stages)
 
     def reconcile(self, ledger: OffsetLedger, partitions: Sequence[TopicPartition]) -> tuple[AdoptedRange, ...]:
         """Fence the partitions in both tables, adopt sink commits the ledger never saw, roll back orphaned
@@ -307,24 +306,25 @@ class TableSink:
 
     def commit(
         self,
-        spec: PipelineSpec,
         ledger: OffsetLedger,
         plan: BatchPlan,
         ranges: Sequence[OffsetRange],
         counts: Mapping[TopicPartition, StagedCounts],
+        rows: StagedRows,
         run_id: str,
     ) -> OutputDirs:
         """Confirm the ledger still owns the partitions, commit the quarantine table (when it has something to
-        commit), the sink table, then the ledger; each table's new data directories."""
+        commit), the sink table, then the ledger; each table's new data directories. Each table records the
+        schema of its rows (`rows`), which creates it when the batch adds no file."""
         if ranges:
             quarantined = {tp: c.quarantined for tp, c in counts.items()}
             written = {tp: c.written for tp, c in counts.items()}
             with timed(self.stages, "commit"):
                 _confirm_ownership(ledger, plan)
                 record = BatchRecord(run_id, tuple(ranges))
-                sink_schema = spec.checker.sink_schema if not spec.reshapes else None  # a transform's are its own
+                sink_schema, quarantine_schema = rows.schemas()  # a transform's sink rows have their own
                 for output, schema in (
-                    (_Output(self.tables.quarantine, self.quarantine, quarantined), spec.checker.quarantine_schema),
+                    (_Output(self.tables.quarantine, self.quarantine, quarantined), quarantine_schema),
                     (_Output(self.tables.sink, self.sink, written), sink_schema),
                 ):
                     self._commit_table(output, plan, record, schema)

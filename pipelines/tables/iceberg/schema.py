@@ -1,5 +1,5 @@
 """Arrow schemas of Iceberg tables: a table's schema as Arrow without Iceberg's field ids, and the check that a batch's
-file fills every required field the table has (cohort.pipelines.tables.iceberg)."""
+file fills every required field the table has (cohort.pipelines.tables.iceberg.store)."""
 
 from __future__ import annotations
 

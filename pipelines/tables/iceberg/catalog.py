@@ -1,5 +1,5 @@
 """The Iceberg store's SQL catalog: pyiceberg's, reusing the table it loaded last while the catalog still points at the
-same metadata, and its tables created once under concurrent first runs (cohort.pipelines.tables.iceberg)."""
+same metadata, and its tables created once under concurrent first runs (cohort.pipelines.tables.iceberg.store)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import dagster as dg
 import pydantic
 
-from cohort.assets.component_errors import FieldError, validation_messages
+from cohort.assets.component.errors import FieldError, validation_messages
 from cohort.common.env_templates import env_template
 
 __all__ = ["resolve_resource", "settings_model"]

@@ -1,5 +1,5 @@
 """pyiceberg's transaction with its staged metadata computed once per staged update (`MetadataOnceTransaction`):
-used by the Iceberg store's commits (cohort.pipelines.tables.iceberg) and its snapshot expiry
+used by the Iceberg store's commits (cohort.pipelines.tables.iceberg.store) and its snapshot expiry
 (cohort.pipelines.tables.maintenance)."""
 
 from __future__ import annotations

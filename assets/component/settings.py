@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 import pydantic
 
-from cohort.assets.component_pipeline import PIPELINE_SETTINGS
-from cohort.assets.component_resources import settings_model
+from cohort.assets.component.pipeline import PIPELINE_SETTINGS
+from cohort.assets.component.resources import settings_model
 from cohort.assets.translator import CohortConfig
 from cohort.common.docstrings import attribute_docs
 from cohort.resources.group import CohortGroupResource

@@ -4,13 +4,16 @@ In process (a dg defs-folder sandbox): the definitions of a YAML group equal tho
 builds for the same group; two groups load side by side, sharing the Kafka and Spark resources (declared in both
 YAML files, or by the project); every refused setting names the file, the line and the attribute; the
 scaffolded defs.yaml loads as written. Through dg itself (subprocesses in a project environment): `dg list
-components` lists the component and `dg check defs` refuses bad YAML with that one line.
+components` lists the component; `dg check defs` refuses bad YAML with that one line, the only line of its report
+(no component tree, no stack), and prints for the user guide's defs.yaml what the guide shows; each attribute of
+the defs.yaml `dg scaffold defs` writes is documented with its own description.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,17 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pydantic
 import pytest
 import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 
 from cohort.assets import CohortConfig, CohortGroupComponent, build_cohort_definitions
-from cohort.assets.component_scaffold import scaffolded_yaml
-from cohort.assets.component_settings import COMPONENT_SETTINGS
+from cohort.assets.component.scaffold import scaffolded_yaml
+from cohort.assets.component.settings import COMPONENT_SETTINGS
 from cohort.pipelines.ddl import parse_ddl_schema
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import CohortGroupResource, KafkaResource, SparkResource
 from tests.support.dg_projects import activated, describe, install_cohort
+from tests.support.doc_blocks import replace_all, titled_blocks
 
 TYPE = "cohort.assets.component.CohortGroupComponent"
 DG_DEFS_YAML = "src/orders_dg/defs/orders_ingest/defs.yaml"
@@ -349,11 +354,31 @@ def _refused(project: Path, env: dict[str, str], change: tuple[str, str, str]) -
         refused = _dg(project, env, "check", "defs")
     finally:
         defs_yaml.write_text(good, encoding="utf-8")
-    output = refused.stdout + refused.stderr
+    output = _plain(refused.stdout + refused.stderr)
     assert refused.returncode == 1, output[-3000:]
     lines = [line for line in output.splitlines() if str(defs_yaml) in line and message in line]
     assert len(lines) == 1, (message, output[-5000:])
-    assert "Traceback (most recent call last)" not in output
+    assert "Traceback (most recent call last)" not in output and "Stack Trace" not in output, output[-5000:]
+    if LOAD_FAILED in output:  # refused by the component as it loads: its line is all dg reports of the load
+        assert _load_report(output) == lines, output[-5000:]
+
+
+LOAD_FAILED = "Validation failed for code location"
+"""dg's header over a failed load's report (`... - dagster - ERROR - Validation failed for code location X:`); its
+footer is `... - dagster - ERROR - Validation for N code locations failed.`"""
+
+
+def _plain(output: str) -> str:
+    """dg's output without its colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", output)
+
+
+def _load_report(output: str) -> list[str]:
+    """The non-blank lines dg prints between its header and its footer of a failed load."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if LOAD_FAILED in line)
+    end = next(i for i in range(start, len(lines)) if "code locations failed." in lines[i])
+    return [line for line in lines[start + 1 : end] if line.strip()]
 
 
 def test_dg_lists_scaffolds_and_checks_the_component(dg_project: tuple[Path, dict[str, str]]) -> None:
@@ -365,6 +390,105 @@ def test_dg_lists_scaffolds_and_checks_the_component(dg_project: tuple[Path, dic
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-5000:]
     for what in ("unknown attribute", "model"):
         _refused(project, env, DG_REFUSED[what])
+
+
+def test_dg_check_defs_prints_what_the_user_guide_shows(dg_project: tuple[Path, dict[str, str]]) -> None:
+    """docs/user-guide.md shows what `dg check defs` prints for its own defs.yaml with the model misspelt: dg's
+    schema check, dg's header, Cohort's line naming the file, the line and the attribute, dg's footer; nothing
+    else (the timestamps and the project's directory aside)."""
+    project, env = dg_project
+    guide = titled_blocks("user-guide.md")
+    defs_yaml, models = project / DG_DEFS_YAML, project / "src/orders_dg/models.py"
+    scaffolded = defs_yaml.read_text(encoding="utf-8")
+    defs_yaml.write_text(replace_all(guide[DG_DEFS_YAML], {MODEL: MISSPELT}, what="its defs.yaml"), encoding="utf-8")
+    models.write_text(guide["src/orders_dg/models.py"], encoding="utf-8")
+    try:
+        checked = _dg(project, env, "check", "defs")
+    finally:
+        defs_yaml.write_text(scaffolded, encoding="utf-8")
+        models.unlink()
+    assert checked.returncode == 1, checked.stdout[-3000:] + checked.stderr[-3000:]
+
+    def shown(text: str, project_dir: str) -> list[str]:
+        text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}", "<time>", text.replace(project_dir, "<project>"))
+        return [line.rstrip() for line in text.strip().splitlines()]
+
+    printed = shown(_plain(checked.stdout + checked.stderr), str(project))
+    assert printed == shown(guide[GUIDE_REFUSAL], GUIDE_PROJECT), "\n".join(printed)
+
+
+GUIDE_REFUSAL = "dg check: a refused setting"
+"""The guide's block showing what `dg check defs` prints for a refused setting."""
+GUIDE_PROJECT = "/home/me/orders_dg"
+"""The project directory the guide's block shows."""
+MODEL, MISSPELT = "orders_dg.models:Order", "orders_dg.models:Ordr"
+
+
+def _block_model(info: Any) -> type[pydantic.BaseModel] | None:
+    """The model of an attribute that is a block of its own (`pipeline`, `kafka` ...), else None."""
+    for candidate in (info.annotation, *getattr(info.annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, pydantic.BaseModel):
+            return candidate
+    return None
+
+
+def _comments_above(
+    lines: list[str], model: type[pydantic.BaseModel], at: int, indent: str
+) -> tuple[dict[str, str], int]:
+    """Attribute path -> the comment right above its line (set or commented out) in a scaffolded defs.yaml, for
+    `model`'s fields from line `at` on at `indent` (a block's attributes as `block.attribute`); and the line after."""
+    found: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        line = next(i for i in range(at, len(lines)) if re.match(rf"{indent}(# )?{name}:( |$)", lines[i]))
+        found[name] = " ".join(text.strip().removeprefix("# ") for text in lines[at:line])
+        at = line + 1
+        block = _block_model(info)
+        if block is not None:
+            inner, at = _comments_above(lines, block, at, indent + "  ")
+            found.update({f"{name}.{key}": text for key, text in inner.items()})
+    return found, at
+
+
+def _descriptions(model: type[pydantic.BaseModel]) -> dict[str, str]:
+    """Attribute path -> its field's description ('' when it has none), a block's attributes as `block.attribute`."""
+    found: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        found[name] = info.description or ""
+        block = _block_model(info)
+        if block is not None:
+            found.update({f"{name}.{key}": text for key, text in _descriptions(block).items()})
+    return found
+
+
+def _unwrapped(text: str) -> str:
+    return "".join(text.split())  # the scaffold wraps comments at spaces and hyphens
+
+
+def test_each_scaffolded_attribute_is_documented_with_its_own_description(
+    dg_project: tuple[Path, dict[str, str]],
+) -> None:
+    """In the defs.yaml `dg scaffold defs` wrote, the comment above each attribute is that attribute's own
+    description: the one its field declares, and no other attribute's of its block (a docstring describing several
+    settings at once, `key_format, key_schema, key_subject: ...`, still gives each its own text)."""
+    project, _ = dg_project
+    lines = (project / DG_DEFS_YAML).read_text(encoding="utf-8").splitlines()
+    documented, _ = _comments_above(lines, COMPONENT_SETTINGS, lines.index("attributes:") + 1, "  ")
+    described = _descriptions(COMPONENT_SETTINGS)
+    assert {path: _unwrapped(text) for path, text in documented.items()} == {
+        path: _unwrapped(text) for path, text in described.items()
+    }
+    by_block: dict[str, dict[str, str]] = {}
+    for path, text in documented.items():
+        block, _, name = path.rpartition(".")
+        by_block.setdefault(block, {})[name] = text
+    shared = {
+        f"{block or 'attributes'}.{name}": text
+        for block, texts in by_block.items()
+        for name, text in texts.items()
+        if text and list(texts.values()).count(text) > 1
+    }
+    assert not shared, f"attributes documented with another attribute's text: {shared}"
+    assert "subject" in documented["pipeline.key_subject"] and "format" in documented["pipeline.key_format"]
 
 
 @pytest.mark.slow

@@ -77,7 +77,7 @@ def _nested_model(annotation: Any) -> type[pydantic.BaseModel] | None:
 
 def scaffolded_yaml(type_name: str, name: str) -> str:
     """The defs.yaml of a group named `name` (the scaffold's directory)."""
-    from cohort.assets.component_settings import COMPONENT_SETTINGS
+    from cohort.assets.component.settings import COMPONENT_SETTINGS
 
     chosen = {"group": name, **_SET}
     lines = [

@@ -48,9 +48,9 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, RemoveAction
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.tables.delta_errors import DeltaStoreError, short_error
-from cohort.pipelines.tables.delta_files import active_files, checked_add_action, remove_actions
-from cohort.pipelines.tables.delta_log import (
+from cohort.pipelines.tables.delta.errors import DeltaStoreError, short_error
+from cohort.pipelines.tables.delta.files import active_files, checked_add_action, remove_actions
+from cohort.pipelines.tables.delta.log import (
     BATCH_KEY,
     GROUP_KEY,
     commit_properties,
@@ -58,7 +58,7 @@ from cohort.pipelines.tables.delta_log import (
     generation_key,
     reach_key,
 )
-from cohort.pipelines.tables.delta_stats import parquet_stats
+from cohort.pipelines.tables.delta.stats import parquet_stats
 from cohort.pipelines.tables.maintenance import compact_files, run_safely, vacuum_delta
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, delta_configuration, maintenance_due
 from cohort.pipelines.tables.store import (

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.tables.iceberg import IcebergTableStore
+from cohort.pipelines.tables.iceberg.store import IcebergTableStore
 from cohort.pipelines.tables.store import BatchRecord, NewFile, Owner, PartitionMark, TableCommit, data_dir
 
 GROUP = "first-runs"

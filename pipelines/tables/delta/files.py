@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
-from cohort.pipelines.tables.delta_errors import DeltaStoreError, short_error
-from cohort.pipelines.tables.delta_stats import parquet_stats
+from cohort.pipelines.tables.delta.errors import DeltaStoreError, short_error
+from cohort.pipelines.tables.delta.stats import parquet_stats
 from cohort.pipelines.tables.store import DataFile, NewFile, parse_data_path
 
 __all__ = ["active_files", "checked_add_action", "remove_actions"]

@@ -1,4 +1,4 @@
-"""The Iceberg table sink (cohort.pipelines.tables.iceberg) on a real pyiceberg SqlCatalog over SQLite: the marks'
+"""The Iceberg table sink (cohort.pipelines.tables.iceberg.store) on a real pyiceberg SqlCatalog over SQLite: the marks'
 compare-and-set (fences, zombies, races between processes, lost answers, snapshot expiry), replays and schema
 evolution, with Parquet files written by pyarrow in the layout Spark's tasks use."""
 
@@ -21,7 +21,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.tables.iceberg import BATCH_SUMMARY_KEY, IcebergTableStore
+from cohort.pipelines.tables.iceberg.store import BATCH_SUMMARY_KEY, IcebergTableStore
 from cohort.pipelines.tables.store import (
     BatchRecord,
     DataFile,

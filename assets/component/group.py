@@ -2,7 +2,7 @@
 
 Its attributes are the group's settings (those of `CohortGroupResource`: name, topics or pattern, worker slots,
 assignors, store URL, timeouts), what its Dagster objects need (those of `CohortConfig`: schedule, lag
-threshold, host slots ...), the `pipeline` block (a `PipelineSpec`, `cohort.assets.component_pipeline`), and
+threshold, host slots ...), the `pipeline` block (a `PipelineSpec`, `cohort.assets.component.pipeline`), and
 optionally the shared `kafka`, `spark` and `schema_registry` resources; left out, the project defines them
 (a resources file under `defs/`). The schema is generated from those classes, and the checks are theirs: a
 refused setting fails the load with one line naming the file, the line and the attribute.
@@ -34,11 +34,11 @@ from typing import Any, Self, TypeVar
 import dagster as dg
 import pydantic
 
-from cohort.assets.component_errors import FieldError, located, validation_messages
-from cohort.assets.component_pipeline import pipeline_spec
-from cohort.assets.component_resources import resolve_resource
-from cohort.assets.component_scaffold import CohortGroupScaffolder
-from cohort.assets.component_settings import COMPONENT_SETTINGS, CONFIG_FIELDS, GROUP_SETTINGS, SHARED_RESOURCES
+from cohort.assets.component.errors import FieldError, located, validation_messages
+from cohort.assets.component.pipeline import pipeline_spec
+from cohort.assets.component.resources import resolve_resource
+from cohort.assets.component.scaffold import CohortGroupScaffolder
+from cohort.assets.component.settings import COMPONENT_SETTINGS, CONFIG_FIELDS, GROUP_SETTINGS, SHARED_RESOURCES
 from cohort.assets.factory import build_group_definitions
 from cohort.assets.group_batch import REGISTRY_RESOURCE_KEY
 from cohort.assets.translator import CohortConfig
