@@ -6,6 +6,7 @@ opened; the tables know nothing of the spec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention
 
 __all__ = ["TableTarget"]

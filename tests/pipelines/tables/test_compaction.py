@@ -63,7 +63,8 @@ def test_compaction_keeps_replays_and_the_audit_exact(
     code, report, _ = cohort_audit(*args)
     assert (code, report["ok"]) == (0, True), report
 
-    sink = open_tables(spec.table_target).sink  # a replay that read the small files before the compaction landed is refused
+    # a replay that read the small files before the compaction landed is refused
+    sink = open_tables(spec.table_target).sink
     small = DataFile(topic, 0, big.from_offset, big.from_offset + 2, "0abc", big.path.replace("compact", "x"), 1)
     marks = sink.marks(group, [tps[0]])
     stale = TableCommit(
