@@ -26,6 +26,8 @@ pytest_plugins = [
 # The marker each fixture gives the tests that use it, directly or through another fixture.
 FIXTURE_MARKERS: dict[str, str] = {
     "broker": "kafka",
+    "kafka_config": "kafka",
+    "embedded_broker": "kafka",
     "registry": "schema_registry",
     "spark": "spark",
     "connect_server": "spark_connect",
@@ -56,6 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, what in PROCESS_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
     config.addinivalue_line("markers", "pure: no infrastructure at all (set when no other marker is)")
+    config.addinivalue_line(
+        "markers",
+        "embedded_broker: runs on the embedded Tansu broker whichever broker the session uses (`kafka_config` "
+        "points there; set by the `embedded_broker` fixture too)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -65,5 +72,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names:
                 item.add_marker(marker)
+        if "embedded_broker" in names:
+            item.add_marker("embedded_broker")
         if not any(item.get_closest_marker(name) for name in INFRASTRUCTURE):
             item.add_marker("pure")

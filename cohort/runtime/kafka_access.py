@@ -3,7 +3,10 @@ trigger or a command makes (topic metadata, end offsets, Kafka's committed offse
 
 Dagster's `KafkaResource` builds one from its typed settings (`KafkaResource.access()`), the Airflow tasks and
 trigger from their connection's extra, the CLI from `--bootstrap-servers`; nothing here imports an orchestrator.
-Errors name the bootstrap servers and what librdkafka said, never the configuration (it may hold secrets).
+Errors name the bootstrap servers and what librdkafka said, never the configuration (it may hold secrets). When no
+broker could be reached because the SASL login was refused or the TLS handshake failed, a request's own error says
+only `Broker transport failure` or `Timed out`: librdkafka reports the cause as a client-wide error event, which
+the clients made here record (`error_cb`) and the error names first (`ConnectionErrors`).
 
 Example:
     >>> kafka = KafkaAccess({"bootstrap.servers": "localhost:9092"}, request_timeout_s=5)
@@ -13,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +34,15 @@ from cohort.pipelines.kafka.client import read_partition_counts
 from cohort.pipelines.kafka.client import watermarks as fetched_watermarks
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
 
-__all__ = ["DEFAULT_CLIENT_ID", "DEFAULT_SECURITY_PROTOCOL", "KafkaAccess", "kafka_reason", "parse_bootstrap"]
+__all__ = [
+    "CONNECTION_CAUSES",
+    "DEFAULT_CLIENT_ID",
+    "DEFAULT_SECURITY_PROTOCOL",
+    "ConnectionErrors",
+    "KafkaAccess",
+    "kafka_reason",
+    "parse_bootstrap",
+]
 
 DEFAULT_SECURITY_PROTOCOL: Final = "PLAINTEXT"
 """librdkafka's `security.protocol` when a face's settings name none."""
@@ -58,6 +70,45 @@ def kafka_reason(exc: BaseException) -> str:
     return str(exc)
 
 
+CONNECTION_CAUSES: Final = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+"""librdkafka's client-wide error codes that say why a broker could not be used: a SASL login refused (wrong
+user or password, mechanism not enabled), a TLS handshake failed (a certificate the client does not trust, a host
+name the certificate does not name)."""
+
+_BROKER_PREFIX = re.compile(r"^\S+://\S+/\S+: ")  # "sasl_ssl://host:9093/bootstrap: "
+_STATE_SUFFIX = re.compile(r"\s*\(after \d+ms in state \w+\)$")
+
+
+class ConnectionErrors:
+    """A librdkafka `error_cb` that keeps the latest error of `CONNECTION_CAUSES`, without the broker name and the
+    state suffix (`SASL authentication error: Authentication failed ... with SASL mechanism SCRAM-SHA-512`).
+
+    librdkafka serves error events when a client is polled or closed, not during a blocking request: call
+    `cause(client)` after a request failed. `clear()` after one succeeded, so a cause is never stale."""
+
+    def __init__(self) -> None:
+        self.latest: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in CONNECTION_CAUSES:
+            self.latest = _STATE_SUFFIX.sub("", _BROKER_PREFIX.sub("", str(error.str())))
+
+    def cause(self, client: Any = None) -> str | None:
+        """The latest cause, once `client`'s pending error events (if any) are served."""
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.poll(0)
+        return self.latest
+
+    def clear(self) -> None:
+        self.latest = None
+
+    def explain(self, reason: str, client: Any = None) -> str:
+        """`reason` (what the failed request said) preceded by the cause librdkafka reported, if any."""
+        cause = self.cause(client)
+        return f"{cause} ({reason})" if cause else reason
+
+
 @dataclass(frozen=True, eq=False)
 class KafkaAccess:
     """A Kafka cluster's librdkafka configuration and its metadata requests, each bounded by `request_timeout_s`.
@@ -67,16 +118,23 @@ class KafkaAccess:
 
     config: Mapping[str, Any] = field(repr=False)
     request_timeout_s: float = 10.0
+    errors: ConnectionErrors = field(default_factory=ConnectionErrors, init=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
         """The bootstrap servers, for messages (the one setting that is never secret)."""
         return str(self.config.get("bootstrap.servers", ""))
 
+    @property
+    def _client_config(self) -> dict[str, Any]:
+        """`config` plus the `error_cb` that records why brokers could not be used (clients made here only: the
+        executors get `config`, plain data)."""
+        return {**self.config, "error_cb": self.errors}
+
     @cached_property
     def admin(self) -> AdminClient:
         """This access's AdminClient (created on first use)."""
-        return AdminClient(dict(self.config))
+        return AdminClient(self._client_config)
 
     @cached_property
     def _consumers(self) -> dict[str, Consumer]:
@@ -85,10 +143,12 @@ class KafkaAccess:
     def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
         """Partition count per topic (all non-internal topics when `topics` is None; missing ones omitted)."""
         try:
-            return read_partition_counts(self.admin, topics, timeout_s=self.request_timeout_s)
+            counts = read_partition_counts(self.admin, topics, timeout_s=self.request_timeout_s)
         except KafkaException as exc:
-            reason = kafka_reason(exc)
+            reason = self.errors.explain(kafka_reason(exc), self.admin)
             raise KafkaException(f"could not read topic metadata from {self.bootstrap}: {reason}") from None
+        self.errors.clear()
+        return counts
 
     def subscribed_partition_counts(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, int]:
         """Partition counts of `topics` plus every topic fully matching `pattern` (what a group subscribes to)."""
@@ -98,9 +158,12 @@ class KafkaAccess:
         """(first available offset, end offset) per partition; the end offset is the one a fetch from the
         high watermark confirms (`cohort.pipelines.kafka.client.watermarks`), so lag counts every record."""
         try:
-            return fetched_watermarks(dict(self.config), partitions, timeout_s=self.request_timeout_s)
-        except KafkaException as exc:
-            raise KafkaException(f"could not read offsets from {self.bootstrap}: {kafka_reason(exc)}") from None
+            marks = fetched_watermarks(self._client_config, partitions, timeout_s=self.request_timeout_s)
+        except KafkaException as exc:  # its consumer is closed: closing served the error events
+            reason = self.errors.explain(kafka_reason(exc))
+            raise KafkaException(f"could not read offsets from {self.bootstrap}: {reason}") from None
+        self.errors.clear()
+        return marks
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset per partition (see `watermarks`)."""
@@ -116,7 +179,9 @@ class KafkaAccess:
                 [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=self.request_timeout_s
             )
         except KafkaException as exc:
-            raise KafkaException(f"could not read the committed offsets of group {group!r}: {exc}") from None
+            reason = self.errors.explain(kafka_reason(exc), consumer)
+            raise KafkaException(f"could not read the committed offsets of group {group!r}: {reason}") from None
+        self.errors.clear()
         return {TopicPartition(a.topic, a.partition): (int(a.offset) if a.offset >= 0 else None) for a in answers}
 
     def consumer(self, group: str) -> Consumer:
@@ -124,7 +189,7 @@ class KafkaAccess:
         validate_group_name(group)
         consumer = self._consumers.get(group)
         if consumer is None:
-            settings = {**self.config, "group.id": group, "enable.auto.commit": False}
+            settings = {**self._client_config, "group.id": group, "enable.auto.commit": False}
             consumer = Consumer({**settings, "enable.auto.offset.store": False})
             self._consumers[group] = consumer
         return consumer

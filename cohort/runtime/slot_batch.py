@@ -10,6 +10,10 @@ the fenced ledger, and stays in the group: the caller reports the batch (Dagster
 events), then ends the membership (`SlotBatch.leave`), so a run killed before its report is noticed by its
 session expiring.
 
+Before each batch the slot compares Kafka's committed offsets of its partitions with the ledger's and warns when
+they differ (`say_kafka_drift`: Kafka's own reset tool used on the group, or a mirror that failed): the batch reads
+from the ledger all the same, and its mirror overwrites Kafka's offsets.
+
 A rebalance during the batch (a heartbeat answered REBALANCE_IN_PROGRESS, a refused commit) makes the member
 rejoin and run again on its new assignment, at most `MAX_ATTEMPTS` times; the refused attempt's output is withdrawn
 by the sink and its offsets stay uncommitted, so nothing is counted twice. UNKNOWN_MEMBER_ID is not retried: the
@@ -39,6 +43,8 @@ from cohort.common.ledger import OffsetLedger, OffsetMirror
 from cohort.common.types import TopicPartition
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.run import run_batch
+from cohort.pipelines.kafka.drift import batch_drift_warning
+from cohort.pipelines.kafka.mirror import kafka_committed
 from cohort.pipelines.spark import is_connect
 from cohort.pipelines.spec import PipelineSpec
 from cohort.runtime.kafka_access import KafkaAccess
@@ -53,6 +59,7 @@ __all__ = [
     "new_partitions",
     "progress_reporter",
     "run_slot_batch",
+    "say_kafka_drift",
 ]
 
 MAX_ATTEMPTS = 3
@@ -206,6 +213,30 @@ class SlotRun:
     before_batch: Callable[[GroupMember, Sequence[TopicPartition]], Collection[TopicPartition]] | None = None
 
 
+def say_kafka_drift(
+    member: GroupMember, kafka: KafkaAccess, assignment: Sequence[TopicPartition], log: SlotLog
+) -> None:
+    """Warn when Kafka's committed offsets of `assignment` differ from the ledger's, before the batch reads: they
+    were moved outside Cohort (Kafka's own reset tool) or a mirror failed. The batch reads from the ledger whatever
+    Kafka holds, and its mirror overwrites Kafka's offsets (cohort.pipelines.kafka.drift); a Kafka that does not
+    answer here is said and left to the batch, which needs it anyway."""
+    group, tps = member.group, list(assignment)
+    if not tps:
+        return
+    try:
+        in_kafka = kafka_committed(kafka.config, group, tps, timeout_s=kafka.request_timeout_s)
+    except Exception as exc:
+        log.info(
+            f"group {group!r}: Kafka's committed offsets not compared with the ledger: {type(exc).__name__}: {exc}"
+        )
+        return
+    heads = member.committed_offsets(tps)
+    drifts = {tp: (in_kafka.get(tp, (None, None))[0], heads.get(tp)) for tp in tps}
+    differ = {tp: pair for tp, pair in drifts.items() if pair[0] != pair[1]}
+    if differ:
+        log.warning(batch_drift_warning(group, differ))
+
+
 def run_slot_batch(member: GroupMember, run: SlotRun) -> SlotBatch:
     """Start Spark, join as worker slot `run.slot` (`member` is its static member, not yet joined), run the batch on
     the assignment (rejoining after a rebalance), and return with the member still in the group.
@@ -253,6 +284,7 @@ def _join_and_run(member: GroupMember, run: SlotRun) -> SlotBatch:
         try:
             if run.before_batch is not None:
                 replayed |= set(run.before_batch(member, assignment))
+            say_kafka_drift(member, run.kafka, assignment, log)
             # a cooperative rebalance meanwhile keeps the partitions it moves away until the batch ends
             with member.processing(assignment), progress_reporter(member, session, member.heartbeat_interval):
                 result = batch(

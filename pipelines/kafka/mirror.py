@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -112,12 +112,23 @@ class KafkaOffsetMirror:
 def kafka_committed(
     config: Mapping[str, Any], group: str, partitions: Sequence[TopicPartition], *, timeout_s: float = 10.0
 ) -> dict[TopicPartition, tuple[int | None, str | None]]:
-    """Kafka's committed (offset, metadata) per partition for `group`; offset None when nothing is committed."""
+    """Kafka's committed (offset, metadata) per partition for `group`; offset None when nothing is committed.
+
+    Read by a consumer that never joins the group (an OffsetFetch, as `kafka-consumer-groups --describe` makes):
+    it waits out a group coordinator still loading (a new cluster's first groups), where the admin API's
+    ListConsumerGroupOffsets fails at once, and an AdminClient dropped after that failure can crash the process
+    (confluent-kafka 2.16)."""
     validate_group_name(group)
-    request = [ConsumerGroupTopicPartitions(group, [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions])]
-    admin = AdminClient(dict(config))  # keep the handle alive until the future resolves
-    answer = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result(timeout=timeout_s + 1)
+    if not partitions:
+        return {}
+    settings = {**config, "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False}
+    consumer = Consumer(settings)
+    try:
+        answers = consumer.committed(
+            [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=timeout_s
+        )
+    finally:
+        consumer.close()
     return {
-        TopicPartition(a.topic, a.partition): (a.offset if a.offset >= 0 else None, a.metadata or None)
-        for a in answer.topic_partitions
+        TopicPartition(a.topic, a.partition): (a.offset if a.offset >= 0 else None, a.metadata or None) for a in answers
     }

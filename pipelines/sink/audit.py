@@ -18,9 +18,9 @@ batches pass it again: that is pending work, said (`PendingReplay`), not a diver
 
 Decisions are plain values (`audit_sink_partition`, `fold_ledger`); reading the sink and Kafka, and repairing,
 belong to the caller. The ledger is read page by page (`ledger_entries`). A finding says whether a repair is
-safe: re-mirroring Kafka when it is behind the ledger, and publishing a committed range whose directory is
-missing from the output its run staged. Nothing else is repaired: deleting or rewriting output, or moving Kafka
-back, could lose data.
+safe: re-mirroring the ledger's head to Kafka where Kafka's committed offset differs (the mirror failed, or the
+offset was moved outside Cohort: cohort.pipelines.kafka.drift), and publishing a committed range whose directory is
+missing from the output its run staged. Nothing else is repaired: deleting or rewriting output could lose data.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.kafka.drift import OUTSIDE_CAUSES, audit_drift_message, drift
 from cohort.pipelines.sink.audit_ledger import AuditedRange, LedgerFold, PendingReplay, fold_ledger, ledger_entries
 from cohort.pipelines.sink.layout import SinkFs, SinkLayout, default_quarantine_root, parse_range_dir
 from cohort.pipelines.sink.tree import Entry, OutputTree, Stray, strays
@@ -262,19 +263,10 @@ def audit_sink_partition(
     for where, dirs in outputs.items():
         findings += _audit_output(tp, where, pieces, (head, reach), sorted(dirs))
     if compare_kafka and kafka_committed != head:
-        if head is not None and (kafka_committed is None or kafka_committed < head):
-            behind = f"Kafka's committed offset {kafka_committed} is behind the ledger's {head}"
-            findings.append(SinkFinding(tp, "kafka", behind, MIRROR))
+        if head is not None:  # behind or ahead: the ledger is the truth and the next batch mirrors it over Kafka's
+            findings.append(SinkFinding(tp, "kafka", audit_drift_message(kafka_committed, head), MIRROR))
         else:
-            findings.append(
-                SinkFinding(
-                    tp,
-                    "kafka",
-                    f"Kafka's committed offset {kafka_committed} is ahead of the ledger's {head}: something other than "
-                    "Cohort committed for this group id; not repaired (moving Kafka back is an operator's decision: "
-                    "cohort reset-offsets)",
-                )
-            )
+            findings.append(SinkFinding(tp, "kafka", f"{drift(kafka_committed, head)}: {OUTSIDE_CAUSES}"))
     return findings
 
 

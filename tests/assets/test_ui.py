@@ -61,6 +61,7 @@ def _sink_offsets(sink: Path) -> list[tuple[int, int]]:
 @pytest.mark.slow
 @pytest.mark.dagster_processes
 @pytest.mark.browser
+@pytest.mark.embedded_broker  # the demo's definitions on the demo's broker, as `make ui` runs them
 def test_materialize_checks_automation_and_sensors_in_the_dagster_ui(kafka_config, produce_records, tmp_path: Path):
     if chromium_binary() is None:
         pytest.fail("chromium is not installed: run `make system-deps` (Debian's chromium)")

@@ -19,6 +19,9 @@ from cohort.pipelines.kafka.client import read_watermarks, watermarks
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.tasks.reader import OffsetSpan, read_range
 
+# Tansu's deviations, so on Tansu whichever broker the session runs (tests/fixtures/kafka.py).
+pytestmark = pytest.mark.embedded_broker
+
 
 def _consume_all(config: dict, topic: str, isolation: str = "read_uncommitted") -> list[bytes]:
     consumer = Consumer(

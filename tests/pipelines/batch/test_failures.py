@@ -12,6 +12,7 @@ from cohort.devtools.topics import produce
 from cohort.pipelines.batch.run import run_batch
 from cohort.pipelines.kafka.mirror import KafkaOffsetMirror, kafka_committed
 from cohort.pipelines.spec import PipelineSpec
+from tests.fixtures.kafka import LARGE_RECORDS
 from tests.support.orders import ORDER_SCHEMA, order, range_dirs
 
 # A consumer that may not receive responses over ~1 MB cannot read past a 3 MB record: reading stalls there.
@@ -29,11 +30,12 @@ def assert_nothing_visible(lake) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_a_task_failing_mid_read_leaves_no_files_and_no_commit(spark, kafka_config, topic_factory, ledger, lake):
-    topic = topic_factory(2)
+    topic = topic_factory(2, config=LARGE_RECORDS)  # Kafka refuses the 3 MB record by default
     produce(kafka_config, topic, [(p, None, order(i)) for i in range(3000) for p in (0, 1)])
     big = Producer({**kafka_config, "message.max.bytes": 10_000_000})
-    big.produce(topic, b"x" * 3_000_000, partition=1)
-    assert big.flush(10) == 0
+    refused: list[object] = []
+    big.produce(topic, b"x" * 3_000_000, partition=1, on_delivery=lambda err, _msg: err and refused.append(err))
+    assert big.flush(10) == 0 and not refused, f"the big record was not written: {refused}"
     produce(kafka_config, topic, [(1, None, order(i)) for i in range(10)])
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     spec = PipelineSpec(

@@ -32,6 +32,7 @@ from cohort.pipelines.formats.decode import ValueDecoder
 from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.resources import CohortGroupResource, KafkaResource
+from tests.fixtures.kafka import LARGE_RECORDS
 from tests.pipelines.batch.corpus_records import (
     CASES,
     CORPUS_SCHEMA,
@@ -89,7 +90,7 @@ def _check_quarantine_row(case: RecordCase, row: Any) -> list[str]:
 def test_every_corpus_record_lands_where_expected_in_one_batch(
     spark: Any, kafka_config: dict[str, Any], topic_factory: Any, coordinator: Coordinator, tmp_path: Path
 ) -> None:
-    topic = topic_factory(PARTITIONS, suffix="corpus")
+    topic = topic_factory(PARTITIONS, suffix="corpus", config=LARGE_RECORDS)  # a 4 MB record among them
     placed = produce_corpus(kafka_config, topic, PARTITIONS)
     assert len(placed) == len(CASES)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]

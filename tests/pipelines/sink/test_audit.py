@@ -72,12 +72,18 @@ def test_gaps_hold_no_output_and_row_counts_are_checked_on_whole_ranges() -> Non
     assert "directory [12, 20) holds 7 rows, the ledger says 8 (run run-b)" in wrong.message and wrong.repair is None
 
 
-def test_kafka_behind_the_ledger_is_re_mirrored_and_kafka_ahead_is_left_to_an_operator() -> None:
+def test_kafka_behind_or_ahead_of_the_ledger_is_re_mirrored_and_said_to_be_overwritten_not_adopted() -> None:
     sink = [(0, 10, 9), (10, 25, 15)]
     (behind,) = audit([FIRST, SECOND], 25, sink, [(0, 10, 1)], kafka=10, compare=True)
     assert behind.where == "kafka" and behind.repair == MIRROR and "behind the ledger's 25" in behind.message
+    assert "the next batch starts at 25 (it does not read [10, 25) again)" in behind.message
     (missing,) = audit([FIRST, SECOND], 25, sink, [(0, 10, 1)], kafka=None, compare=True)
-    assert missing.repair == MIRROR
+    assert missing.repair == MIRROR and "Kafka has no committed offset, the ledger's is 25" in missing.message
+    # ahead: Kafka's own reset tool moved it forward (or a reset back's mirror failed); the ledger still decides
     (ahead,) = audit([FIRST, SECOND], 25, sink, [(0, 10, 1)], kafka=30, compare=True)
-    assert ahead.repair is None and "ahead of the ledger's 25" in ahead.message
+    assert ahead.repair == MIRROR and "ahead of the ledger's 25" in ahead.message
+    assert "the next batch starts at 25 (it does not skip [25, 30))" in ahead.message
+    for finding in (behind, missing, ahead):
+        assert "kafka-consumer-groups --reset-offsets" in finding.message
+        assert "use `cohort reset-offsets`" in finding.message
     assert audit([FIRST, SECOND], 25, sink, [(0, 10, 1)], kafka=3) == []  # Kafka not compared
