@@ -9,7 +9,8 @@ upgrade that changes one is noticed). Cohort's code is written for real Kafka an
 
 - No CreatePartitions: a topic cannot grow. Partition growth is tested through pattern subscriptions
   (a new matching topic) plus a focused test of the partition-count path.
-- The high watermark is the base offset of the last produced batch + 1. Cohort takes end offsets from a
+- The high watermark is the base offset of the last produced batch + 1. On a cluster whose metadata names
+  Tansu's cluster id (`TANSU_CLUSTER_ID`, which the broker is started with), Cohort takes end offsets from a
   fetch from the watermark (`cohort.pipelines.kafka.client.watermarks`), which returns the rest of that
   batch, so plans and lag cover every record an ordinary batching producer wrote.
 - `offsets_for_times` always answers offset 0: the timestamp reset policy cannot be tested against Tansu.
@@ -37,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 __all__ = [
+    "TANSU_CLUSTER_ID",
     "BrokerError",
     "EmbeddedBroker",
     "embedded_broker",
@@ -45,6 +47,11 @@ __all__ = [
 ]
 
 ENV_BINARY = "COHORT_TANSU_BIN"
+
+TANSU_CLUSTER_ID = "tansu_cluster"
+"""The cluster id the broker is started with (Tansu's default, given explicitly so that a `CLUSTER_ID` in the
+environment cannot change it): one of `cohort.pipelines.kafka.client.DEVIATING_CLUSTER_IDS`, whose end offsets
+a fetch confirms."""
 
 
 class BrokerError(RuntimeError):
@@ -152,10 +159,12 @@ class EmbeddedBroker:
 
     def _spawn(self, binary: Path) -> None:
         url = f"tcp://127.0.0.1:{self.port}"
+        command = [str(binary), "broker", "--cluster-id", TANSU_CLUSTER_ID]
+        command += ["--listener-url", url, "--advertised-listener-url", url]
         log = self.log_path.open("ab")
         try:
             self._process = subprocess.Popen(
-                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
