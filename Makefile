@@ -10,7 +10,7 @@ PYTEST_ARGS ?= --durations=20
 
 .PHONY: demo test test-all bench ui lint format system-deps kafka-jars clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml pipelines/tasks/kafka_arrow.c pipelines/formats/flat_json.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[dev]'

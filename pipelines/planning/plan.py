@@ -114,7 +114,8 @@ class PartitionPosition:
 
     `committed` is the next offset to read (None: never committed); `low`/`high` are Kafka's first
     available offset and end offset (the offset after the last record, as a fetch confirms it: the range
-    up to it holds every record written when it was taken); `timestamp_offset` answers the timestamp
+    up to it holds every record written when it was taken; the last stable offset while a transaction is
+    open, so that no range waits for it); `timestamp_offset` answers the timestamp
     reset policy (the first offset at or after the timestamp, None when no record is that recent); `new`
     marks a partition added to the topic after the group started consuming it.
     """

@@ -5,6 +5,12 @@ the one a fetch from the high watermark confirms (`cohort.pipelines.kafka.client
 broker's watermark answer alone: on a broker whose watermark stops at the base offset of the last record
 batch (the embedded Tansu broker), a plan up to the watermark would leave the rest of that batch unread in
 a batch that reports no lag.
+
+The end offset is also the *last stable offset*: `watermarks` asks under `read_committed` whatever the
+configuration says, so while a transaction is open a range ends at its first offset. A read_committed reader never
+gets an open transaction's offsets; a range past them would wait for them until its read timeout and fail the
+batch. The transaction's records are planned by a later batch, once it has ended (docs/guarantees.md,
+"Transactions, compaction and record shapes").
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
  * The module drives the librdkafka that confluent-kafka already loaded (its bundled copy: `load(path)` resolves
  * the few functions used here with dlsym, so nothing links against a system librdkafka, whose version may differ).
  * A `Consumer` is assigned at one partition and offset; `consume(max, timeout_ms)` takes up to `max` messages from
- * its queue (the GIL released while librdkafka waits) and returns the error-free ones as the buffers of Arrow
- * columns (offsets, timestamps, keys, values; headers of the few messages that carry any), and the others as
- * (offset, error code, reason) for the caller to judge. Everything past the buffers (retries, the span's end,
+ * its queue (the GIL released while librdkafka waits; it returns early once an error or end-of-partition message
+ * is among them: `gather`) and returns the error-free ones as the buffers of Arrow columns (offsets, timestamps,
+ * keys, values; headers of the few messages that carry any), and the others as (offset, error code, reason) for
+ * the caller to judge. Everything past the buffers (retries, the span's end,
  * which errors are fatal) stays in Python: cohort/pipelines/native_reader.py.
  *
  * Only librdkafka's public, stable ABI is used (rd_kafka_message_t's layout has not changed since 0.8), declared
@@ -16,6 +17,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
@@ -283,6 +285,36 @@ static PyObject *binary_column(rd_kafka_message_t **good, Py_ssize_t n, int keys
     return Py_BuildValue("(NnNN)", valid_b, nulls, offsets_b, data_b);
 }
 
+static long long elapsed_ms(const struct timespec *since) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)(now.tv_sec - since->tv_sec) * 1000 + (now.tv_nsec - since->tv_nsec) / 1000000;
+}
+
+/* Up to `max` messages into self->messages within `timeout_ms`, as rd_kafka_consume_batch_queue takes them, except
+ * that it returns as soon as an error or end-of-partition message is among them. rd_kafka_consume_batch_queue waits
+ * until it has `max` messages or the timeout passed: a span whose last offsets hold no record (a control marker,
+ * aborted or compacted records) gets fewer messages than its offsets, and its end-of-partition would wait out the
+ * whole timeout. So: take what is queued, then wait for one more message, and again, until one of the three. Called
+ * without the GIL. */
+static ssize_t gather(Consumer *self, size_t max, int timeout_ms) {
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = rk.consume_batch_queue(self->queue, 0, self->messages + got, max - got); /* what is queued */
+        if (n < 0) return got ? (ssize_t)got : n;
+        int ended = 0;
+        for (size_t i = got; i < got + (size_t)n; i++) ended |= self->messages[i]->err != 0;
+        got += (size_t)n;
+        long long left = (long long)timeout_ms - elapsed_ms(&start);
+        if (got == max || ended || left <= 0) return (ssize_t)got;
+        n = rk.consume_batch_queue(self->queue, (int)left, self->messages + got, 1); /* the next message */
+        if (n <= 0) return got ? (ssize_t)got : n; /* timed out, or failed */
+        if (self->messages[got++]->err != 0 || got == max) return (ssize_t)got;
+    }
+}
+
 /* consume(max_messages, timeout_ms) -> (rows, offsets, (timestamp validity, nulls, timestamps), keys, values,
  * headers: [(row, [(name, value)])], errors: [(offset, code, reason)]); keys and values as binary_column. */
 static PyObject *Consumer_consume(Consumer *self, PyObject *args) {
@@ -299,7 +331,7 @@ static PyObject *Consumer_consume(Consumer *self, PyObject *args) {
     }
     ssize_t got;
     Py_BEGIN_ALLOW_THREADS
-    got = rk.consume_batch_queue(self->queue, timeout_ms, self->messages, (size_t)max_messages);
+    got = gather(self, (size_t)max_messages, timeout_ms);
     Py_END_ALLOW_THREADS
     if (got < 0) return PyErr_Format(PyExc_RuntimeError, "consuming failed (librdkafka returned %zd)", got);
 

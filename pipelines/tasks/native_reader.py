@@ -92,7 +92,8 @@ class NativeConsumer:
         self._partition = partition
 
     def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
-        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages."""
+        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages,
+        returned early once an error or end-of-partition message is among them (kafka_arrow.c's `gather`)."""
         try:
             result = self._consumer.consume(max_messages, max(int(timeout_s * 1000), 0))
         except RuntimeError as exc:

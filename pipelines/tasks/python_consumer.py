@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from operator import itemgetter
 from typing import Any
 
@@ -76,7 +77,7 @@ class PythonConsumer:
         from confluent_kafka import KafkaException, Message
 
         try:
-            messages = self._consumer.consume(max_messages, timeout_s)
+            messages = self._gather(max_messages, timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
             return None, [ConsumeError(-1, error.code(), str(exc), fatal=error.fatal())]
@@ -94,6 +95,34 @@ class PythonConsumer:
                     )
             messages = good
         return (_to_batch(self._span, messages) if messages else None), errors
+
+    def _gather(self, max_messages: int, timeout_s: float) -> list[Any]:
+        """Up to `max_messages` messages within `timeout_s`, returned as soon as an error or end-of-partition message
+        is among them (as the C consumer's `gather`): confluent-kafka's `consume` waits for `max_messages` or the
+        timeout, so a span whose last offsets hold no record (a control marker, aborted or compacted records) would
+        wait out the timeout after its end-of-partition. What is queued is taken at once, then one more message is
+        waited for, and again, until one of the three. A KafkaException once messages are taken returns them (the
+        next call raises it again if it persists): they are past the consumer's position, so dropping them would
+        skip their records."""
+        from confluent_kafka import KafkaException, Message
+
+        deadline = time.monotonic() + timeout_s
+        messages: list[Any] = []
+        try:
+            while True:
+                queued = self._consumer.consume(max_messages - len(messages), 0)
+                messages += queued
+                left = deadline - time.monotonic()
+                if len(messages) >= max_messages or any(map(Message.error, queued)) or left <= 0:
+                    return messages
+                following = self._consumer.consume(1, left)
+                messages += following
+                if not following or following[0].error() is not None or len(messages) >= max_messages:
+                    return messages
+        except KafkaException:
+            if not messages:
+                raise
+            return messages
 
     def close(self) -> None:
         self._consumer.close()

@@ -74,12 +74,31 @@ READER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
     "auto.offset.reset": "error",
+    # librdkafka's default, made explicit: aborted transactional records and control markers are holes a span
+    # skips. The ranges end at the last stable offset (cohort.pipelines.kafka.client), so a span never waits on
+    # an open transaction; `read_uncommitted` in the caller's configuration lands aborted records too.
+    "isolation.level": "read_committed",
     "fetch.max.bytes": 52_428_800,
     # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s by default) whenever its local queue is
     # full; a bounded reader that drains the queue as fast as it can gains nothing from that pause.
     "fetch.queue.backoff.ms": 5,
+    # A span whose last offsets are holes (a control marker, aborted or compacted records) at the partition's
+    # end is proven complete by end-of-partition, which comes from an empty fetch: the broker holds that fetch
+    # for fetch.wait.max.ms (500 ms by default) waiting for records that a bounded reader does not want. The
+    # wait matters only there (a fetch with records to return is answered at once); shorter still would make a
+    # consumer opened ahead (`_prefetched`) and idle at the end of its partition ask the broker more often.
+    "fetch.wait.max.ms": 100,
 }
 """librdkafka settings of the executor-side consumers; the caller's configuration overrides them."""
+
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+"""About the most one consume call brings into one Arrow batch. librdkafka fetches records of any size whole (a
+record larger than max.partition.fetch.bytes comes back alone), and a call gathers up to `batch_size` of them: 10,000
+records near Kafka's 1 MB max.message.bytes would be 10 GB in one batch (past Arrow's 2 GiB for a binary column).
+So each call asks for as many records as fit this many bytes at the size of the span's last batch's records."""
+
+_FIRST_RECORD_BYTES = 1024 * 1024
+"""The record size a span's first consume call assumes (Kafka's default max.message.bytes): 64 records at most."""
 
 
 def open_consumer(config: Mapping[str, Any], span: OffsetSpan, *, native: bool = True) -> SpanConsumer:
@@ -115,13 +134,19 @@ def read_range(
     read_timeout_s: float = 30.0,
     max_retries: int = 5,
     consumer: SpanConsumer | None = None,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of `span` as Arrow batches of at most `batch_size` rows, in offset order.
+    """Yield the records of `span` as Arrow batches of at most `batch_size` rows and about `max_batch_bytes`
+    (`MAX_BATCH_BYTES`: large records make batches of fewer rows), in offset order.
 
     `consumer`, when given, is one `open_consumer` opened for this span (it may have fetched already); it is
     closed when the reading ends, as the one opened here otherwise is.
 
-    Stops once the next offset reaches `until_offset` (or end-of-partition lies at or beyond it). Fails
+    Stops once the next offset reaches `until_offset` (or end-of-partition lies at or beyond it): a span whose
+    last offsets hold no record (a transaction's control marker, aborted or compacted records) is complete at
+    the first record past it or at end-of-partition, never waiting for a record at `until_offset - 1`. Under
+    read_committed, end-of-partition is the last stable offset, which planned spans never pass (they end at the
+    end offsets of cohort.pipelines.kafka.client.watermarks). Fails
     with ReadError when no record arrives for `read_timeout_s` (the range was planned from offsets the
     broker reported, so silence means the broker is unreachable or the log shrank), when transient
     errors persist past `max_retries` consecutive attempts (with exponential backoff), or at once on a
@@ -137,8 +162,9 @@ def read_range(
         next_offset = span.from_offset
         last_progress = time.monotonic()
         retries = 0
+        rows = max(1, min(batch_size, max_batch_bytes // _FIRST_RECORD_BYTES))
         while next_offset < span.until_offset:
-            batch, errors = consumer.consume(min(batch_size, span.until_offset - next_offset), poll_timeout_s)
+            batch, errors = consumer.consume(min(rows, span.until_offset - next_offset), poll_timeout_s)
             good, transient, past_end = _triage(batch, errors, span, next_offset)
             if transient is not None and good is None:
                 retries += 1
@@ -149,6 +175,7 @@ def read_range(
                 retries = 0
                 last_progress = time.monotonic()
                 next_offset = cast(int, good.column("offset")[-1].as_py()) + 1
+                rows = max(1, min(batch_size, max_batch_bytes * good.num_rows // max(good.nbytes, 1)))
                 yield good
             if past_end:
                 return  # a message or end-of-partition at or past `until`: the rest of the span is holes

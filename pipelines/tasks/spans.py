@@ -60,7 +60,9 @@ class SpanConsumer(Protocol):
     (cohort.pipelines.tasks.native_reader.NativeConsumer), which return the same batches."""
 
     def consume(self, max_messages: int, timeout_s: float) -> tuple[pa.RecordBatch | None, list[ConsumeError]]:
-        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages."""
+        """Up to `max_messages` records as one RECORD_SCHEMA batch (None if none came) and the error messages,
+        within `timeout_s`, returned as soon as an error or end-of-partition message is among them (a span ending
+        on holes does not wait out the timeout)."""
         ...
 
     def close(self) -> None:
