@@ -29,6 +29,7 @@ from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 from cohort.runtime.sink_audit import PartitionReport, SinkAuditor, open_auditor, repair_hints
 
 if TYPE_CHECKING:
+    from cohort.cli.command_config import CommandConfig
     from cohort.pipelines.spec import PipelineSpec
     from cohort.pipelines.tables.store import TableStore
     from cohort.runtime.kafka_access import KafkaAccess
@@ -133,6 +134,7 @@ def audit_group(
     repair: bool,
     as_json: bool,
     now: float | None = None,
+    command_config: CommandConfig | None = None,
 ) -> bool:
     """Audit (and with `repair`, repair) GROUP's partitions and print the result; True when nothing is left.
     `now` (epoch seconds, default the system clock's) judges the age of unreferenced table files."""
@@ -140,7 +142,7 @@ def audit_group(
         if root is not None and arrow_filesystem(root) is None:
             message = f"pyarrow cannot read {root!r} (give a local path or a pyarrow URI)"
             raise click.BadParameter(message, param_hint=f"'{option}'")
-    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S) if bootstrap_servers else None
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S, command_config) if bootstrap_servers else None
     if repair:
         described = coordinator.describe_group(group)
         if described.members:

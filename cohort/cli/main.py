@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cohort.cli.options import JSON, STORE, group_name, sink_target
+from cohort.cli.options import COMMAND_CONFIG, JSON, STORE, group_name, sink_target
 from cohort.cli.store_access import open_coordinator, require_group
 from cohort.cli.tables import assignor_cell, print_describe, print_table
 
 if TYPE_CHECKING:
+    from cohort.cli.command_config import CommandConfig
     from cohort.common.types import TopicPartition
 
 __all__ = ["main"]
@@ -70,12 +71,14 @@ _KAFKA_TIMEOUT_S = 3.0
 """How long `describe --bootstrap-servers` waits for Kafka's answers before it gives up."""
 
 
-def _end_offsets(bootstrap_servers: str) -> Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]]:
+def _end_offsets(
+    bootstrap_servers: str, command_config: CommandConfig | None
+) -> Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]]:
     """Kafka's end offsets from `bootstrap_servers`, or one short error within a few seconds when Kafka does
-    not answer (librdkafka's own log lines are silenced)."""
+    not answer or refuses the client (librdkafka's own log lines are silenced)."""
     from cohort.cli.kafka import kafka_errors, kafka_for
 
-    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S, command_config)
 
     def ends(partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
         try:
@@ -120,14 +123,21 @@ def _group_cells(row: Mapping[str, Any]) -> list[object]:
     default=None,
     help="Kafka bootstrap servers for log-end offsets and lag (env COHORT_BOOTSTRAP_SERVERS).",
 )
+@COMMAND_CONFIG
 @JSON
-def describe(group: str, store_url: str | None, bootstrap_servers: str | None, as_json: bool) -> None:
+def describe(
+    group: str,
+    store_url: str | None,
+    bootstrap_servers: str | None,
+    command_config: CommandConfig | None,
+    as_json: bool,
+) -> None:
     """Describe GROUP per partition, like `kafka-consumer-groups --describe`."""
     from cohort.cli.ops import describe_rows, reset_rows
 
     with open_coordinator(store_url) as coordinator:
         require_group(coordinator, group)
-        ends = _end_offsets(bootstrap_servers) if bootstrap_servers else None
+        ends = _end_offsets(bootstrap_servers, command_config) if bootstrap_servers else None
         described = coordinator.describe_group(group)
         rows = describe_rows(coordinator, group, ends)
         resets = reset_rows(coordinator, group, rows)
@@ -156,6 +166,7 @@ def describe(group: str, store_url: str | None, bootstrap_servers: str | None, a
     required=True,
     help="Kafka bootstrap servers: the log's ends, times, and the mirror (env COHORT_BOOTSTRAP_SERVERS).",
 )
+@COMMAND_CONFIG
 @click.option("--topic", "topics", multiple=True, help="TOPIC, or TOPIC:P,P,... for some partitions (repeatable).")
 @click.option("--all-topics", is_flag=True, help="Every topic the group consumes.")
 @click.option("--to-earliest", is_flag=True, help="To the first available offset.")
@@ -171,6 +182,7 @@ def reset_offsets(
     group: str,
     store_url: str | None,
     bootstrap_servers: str,
+    command_config: CommandConfig | None,
     topics: tuple[str, ...],
     all_topics: bool,
     to_earliest: bool,
@@ -204,7 +216,16 @@ def reset_offsets(
     )
     with open_coordinator(store_url) as coordinator:
         require_group(coordinator, group)
-        reset_group(coordinator, group, bootstrap_servers, options, reason=reason, execute=execute, as_json=as_json)
+        reset_group(
+            coordinator,
+            group,
+            bootstrap_servers,
+            options,
+            reason=reason,
+            execute=execute,
+            as_json=as_json,
+            command_config=command_config,
+        )
 
 
 @main.command()
@@ -217,6 +238,7 @@ def reset_offsets(
     default=None,
     help="Kafka bootstrap servers, to compare Kafka's committed offsets too (env COHORT_BOOTSTRAP_SERVERS).",
 )
+@COMMAND_CONFIG
 @click.option("--repair", is_flag=True, help="Apply the safe repairs (needs the group without members).")
 @JSON
 def audit(
@@ -225,6 +247,7 @@ def audit(
     sink: str,
     quarantine: str | None,
     bootstrap_servers: str | None,
+    command_config: CommandConfig | None,
     table_format: str,
     iceberg_catalog: str | None,
     iceberg_table: str | None,
@@ -245,7 +268,9 @@ def audit(
     target = SinkTarget(sink, quarantine, table_format, iceberg_catalog, iceberg_table)
     with open_coordinator(store_url) as coordinator:
         require_group(coordinator, group)
-        clean = audit_group(coordinator, group, target, bootstrap_servers, repair=repair, as_json=as_json)
+        clean = audit_group(
+            coordinator, group, target, bootstrap_servers, repair=repair, as_json=as_json, command_config=command_config
+        )
     if not clean:
         raise SystemExit(1)
 

@@ -1,13 +1,17 @@
-"""The options several `cohort` commands share (the store's URL, --json, a group's sink), and the check of a group
-name given on the command line; click only, so that `cohort --help` loads nothing else."""
+"""The options several `cohort` commands share (the store's URL, --json, a group's sink, Kafka's client settings), and
+the check of a group name given on the command line; click only, so that `cohort --help` loads nothing else."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-__all__ = ["JSON", "STORE", "group_name", "sink_target"]
+if TYPE_CHECKING:
+    from cohort.cli.command_config import CommandConfig
+
+__all__ = ["COMMAND_CONFIG", "JSON", "STORE", "group_name", "sink_target"]
 
 STORE = click.option(
     "--store-url",
@@ -20,6 +24,31 @@ STORE = click.option(
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
 """--json: print JSON for scripts instead of a table."""
+
+
+def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> CommandConfig | None:
+    """The file's settings with the secrets of the environment, checked before the command opens anything."""
+    from cohort.cli.command_config import CommandConfigError, load_command_config
+
+    try:
+        return load_command_config(value)
+    except CommandConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+COMMAND_CONFIG = click.option(
+    "--command-config",
+    "command_config",
+    envvar="COHORT_COMMAND_CONFIG",
+    default=None,
+    metavar="FILE",
+    callback=_command_config,
+    help="Kafka client settings, as Kafka's tools take them: a properties file of librdkafka keys "
+    "(security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...; env COHORT_COMMAND_CONFIG). "
+    "Secrets may come from env COHORT_KAFKA_SASL_PASSWORD and COHORT_KAFKA_SSL_KEY_PASSWORD instead.",
+)
+"""--command-config: the librdkafka settings (security, SASL, TLS) of the commands that talk to Kafka
+(`cohort.cli.command_config`); the callback gives a `CommandConfig` or None."""
 
 
 def sink_target(command: Callable[..., None]) -> Callable[..., None]:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from cohort.assignment.coordinator import Coordinator
 from cohort.assignment.ledger.resets import PartitionReset, ResetTarget, parse_datetime, parse_duration
 from cohort.common.names import InvalidNameError, validate_topic_name
 from cohort.common.types import TopicPartition
+
+if TYPE_CHECKING:
+    from cohort.cli.command_config import CommandConfig
 
 __all__ = ["ResetOptions", "reset_group"]
 
@@ -117,8 +121,10 @@ def reset_group(
     execute: bool,
     as_json: bool,
     now: datetime | None = None,
+    command_config: CommandConfig | None = None,
 ) -> list[PartitionReset]:
-    """Plan the reset (and apply it with `execute`), print the plan, return it."""
+    """Plan the reset (and apply it with `execute`), print the plan, return it. `command_config`: the client
+    settings of `--command-config` (security, SASL, TLS)."""
     from cohort.assignment.errors import CoordinatorError
     from cohort.cli.kafka import kafka_errors, kafka_for
     from cohort.pipelines.kafka.mirror import KafkaOffsetMirror
@@ -126,7 +132,7 @@ def reset_group(
 
     target = options.target(now or datetime.now(UTC))
     selection = options.selection()
-    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S)
+    kafka = kafka_for(bootstrap_servers, _KAFKA_TIMEOUT_S, command_config)
     mirror = KafkaOffsetMirror(dict(kafka.config), attempts=3, timeout_s=_KAFKA_TIMEOUT_S)
     try:
         with kafka_errors(_KAFKA_TIMEOUT_S):
