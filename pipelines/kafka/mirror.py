@@ -1,10 +1,9 @@
 """Mirroring ledger commits to Kafka's committed offsets, so Kafka tooling sees the group's progress.
 
-`KafkaOffsetMirror` implements `cohort.common.ledger.OffsetMirror` with confluent-kafka's admin API
-(AlterConsumerGroupOffsets, an OffsetCommit that never joins Kafka's group): it commits each partition's
-`until` offset under the group id, with the run id as the commit metadata. Each attempt is bounded by
-`timeout_s` (a plain consumer's synchronous commit can wait for a coordinator for the whole session
-timeout). Kafka accepts such a standalone commit while its own
+`KafkaOffsetMirror` implements `cohort.common.ledger.OffsetMirror` with an OffsetCommit from a consumer that
+never joins Kafka's group: it commits each partition's `until` offset under the group id, with the run id as the
+commit metadata. Each attempt is asynchronous and bounded by `timeout_s` (a synchronous commit can wait for a
+coordinator for the whole session timeout). Kafka accepts such a standalone commit while its own
 view of the group is Empty, which it always is for Cohort's groups (members live in Cohort's store). A
 failed commit is retried with exponential backoff; if it still fails, `mirror` raises MirrorError and the
 caller reports it: the ledger's commit is the source of truth and is never undone by a mirror failure.
@@ -16,12 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
 from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from cohort.common.names import validate_group_name
@@ -71,16 +70,39 @@ class KafkaOffsetMirror:
         self.timeout_s = timeout_s
 
     def _commit_once(self, group: str, offsets: list[KafkaTopicPartition]) -> None:
-        admin = AdminClient({**self.config, "socket.timeout.ms": int(self.timeout_s * 1000)})
-        request = [ConsumerGroupTopicPartitions(group, offsets)]
+        """One OffsetCommit through a consumer that never subscribes, answered within `timeout_s`.
+
+        Not the admin API's AlterConsumerGroupOffsets: when the group's coordinator broker dies during that call,
+        librdkafka 2.16 can abort the whole process (an assertion in its request queue), which a plain commit
+        does not reach. The commit is asynchronous and polled against a deadline, so a coordinator that does not
+        answer costs `timeout_s`, never the consumer's session timeout."""
+        answers: list[tuple[Any, list[KafkaTopicPartition]]] = []
+        settings = {
+            **self.config,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "socket.timeout.ms": int(self.timeout_s * 1000),
+            "on_commit": lambda error, partitions: answers.append((error, partitions)),
+        }
+        consumer = Consumer(settings)
         try:
-            future = admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group]
-            answer = future.result(timeout=self.timeout_s + 1.0)
+            consumer.commit(offsets=offsets, asynchronous=True)
+            deadline = time.monotonic() + self.timeout_s
+            while not answers and time.monotonic() < deadline:
+                consumer.poll(0.1)
         except KafkaException:
             raise
-        except Exception as exc:  # a timeout of the future or a transport failure surfaced as another type
+        except Exception as exc:  # a transport failure surfaced as another type
             raise KafkaException(f"committing offsets of group {group!r}: {type(exc).__name__}: {exc}") from exc
-        failed = [f"{a.topic}-{a.partition}: {a.error}" for a in answer.topic_partitions if a.error is not None]
+        finally:
+            consumer.close()
+        if not answers:
+            raise KafkaException(f"committing offsets of group {group!r}: no answer within {self.timeout_s:g} s")
+        error, partitions = answers[0]
+        if error is not None:
+            raise KafkaException(f"committing offsets of group {group!r}: {error}")
+        failed = [f"{a.topic}-{a.partition}: {a.error}" for a in partitions if a.error is not None]
         if failed:
             raise KafkaException(f"Kafka refused offsets of group {group!r}: {'; '.join(failed)}")
 
