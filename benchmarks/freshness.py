@@ -1,7 +1,8 @@
 """Freshness: from records produced to their rows readable in the sink and their offsets committed, per scheduled run.
 
-On the embedded Tansu broker, with a SQLite coordinator store and a Dagster instance in a temporary DAGSTER_HOME:
-one group of one worker slot (`initial_rebalance_delay_s=0`) per mode, each on its own topic and sink, differing
+On the embedded Tansu broker and on Apache Kafka (`--broker`, default both, in the same run; benchmarks/brokers.py),
+with a SQLite coordinator store and a Dagster instance in a temporary DAGSTER_HOME: one group of one worker slot
+(`initial_rebalance_delay_s=0`) per mode and broker (a case), each on its own topic and sink, the modes differing
 only in their Spark:
 
 - **cold**: `SparkResource()`, a local Spark (a JVM) started by each run and ended with it;
@@ -20,9 +21,11 @@ default: `dg.execute_job` on the reconstructable job; the worker job runs its on
 The measurement starts when the run process is spawned: the schedule's interval and the Dagster daemon's tick and
 queue before that are not included.
 Before each run, N new records (default 1,000, JSON, over 4 partitions) are produced to the group's topic (in a few
-milliseconds, just before the launch); the modes take turns, the order rotating every round, after one first run per
-mode that is reported but left out of the medians (the instance's and the store's first use, the server's first
-jobs).
+milliseconds, just before the launch); the modes take turns, the order rotating every round, each mode run on both
+brokers one after the other, Tansu first in even rounds and Kafka first in odd ones (so neither broker's run always
+follows the other's), after one first run per case (mode and broker) that is reported but left out of the medians
+(the instance's and the store's first use, the server's first jobs). Both brokers run throughout, and every case
+shares the one Spark Connect server and Dagster instance.
 
 Per run:
 - **launch -> commit**: from spawning the run process to the ledger's commit of its batch (the `committed_at` of
@@ -50,13 +53,18 @@ Usage:
     python -m benchmarks.freshness --quick                  # 3 runs per mode
     python -m benchmarks.freshness --modes cold,warm,kept   # with the kept-session prototype
     python -m benchmarks.freshness --executor in_process    # execute_in_process instead of a launched run's path
+    python -m benchmarks.freshness --broker embedded        # one broker only (or kafka)
 
 The last line printed is one JSON object (with `--load both`: {"quiet": {...}, "busy": {...}, "warm_cold_ratio":
-{"quiet", "busy"}, "loaded_over_quiet_warm"}, each inner object as below): {"records", "runs", "executor", "load",
-and per mode M: "M_launch_to_commit_s",
-"M_launch_to_commit_p90_s", "M_produce_to_commit_s", "M_launch_to_published_s", "M_split_s"; then
-"connect_server_startup_s", "all_readable", "target_s", "target_met"}; times are medians over the runs (p90: the
-90th percentile), in seconds; the target is the warm mode's median launch -> commit.
+{"quiet", "busy"}, "loaded_over_quiet_warm", and with both brokers "kafka_over_embedded_launch_to_commit": {load:
+{mode: ratio}}}, each inner object as below): {"records", "runs", "executor", "load", "connect_server_startup_s",
+"target_s", "all_readable" (every run on every broker), then, of the first broker measured (the embedded one unless
+`--broker kafka`), which "broker" names: per mode M "M_launch_to_commit_s", "M_launch_to_commit_p90_s",
+"M_produce_to_commit_s", "M_launch_to_published_s", "M_split_s", and "target_met"; "brokers": {name: those per-mode
+figures, "all_readable" and "target_met" of that broker}; with both brokers, "kafka_over_embedded": Kafka's over
+Tansu's for each mode's "M_launch_to_commit_s" (the headline), "M_launch_to_commit_p90_s" and
+"M_produce_to_commit_s"}. Times are medians over the runs (p90: the 90th percentile), in seconds; the target is the
+warm mode's median launch -> commit. `warm_cold_ratio` and `loaded_over_quiet_warm` are of the first broker.
 """
 
 from __future__ import annotations
@@ -81,9 +89,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from benchmarks.brokers import add_broker_option, broker_names, ratio, round_order, start_brokers, summary
 from benchmarks.pipeline import tree_cpu
 from cohort.assignment.coordinator import Coordinator
-from cohort.devtools.embedded_broker import EmbeddedBroker
 from cohort.devtools.topics import create_topic, produce
 from harness.spark_connect import REPOSITORY, SparkConnectServer, clean_env
 
@@ -111,6 +119,7 @@ class Run:
     """One measured run of a mode."""
 
     mode: str
+    broker: str
     label: str
     spawn: float
     exited: float
@@ -253,21 +262,38 @@ def both_loads(argv: Sequence[str]) -> None:
         if "cold_launch_to_commit_s" in found[load]
     }
     loaded = round(found["busy"]["warm_launch_to_commit_s"] / found["quiet"]["warm_launch_to_commit_s"], 2)
+    names = list(found["quiet"].get("brokers", {}))
     print()
     print(f"{'median launch -> commit (s)':<34}{'quiet':>10}{'busy core':>12}")
     for mode in MODES:
         key = f"{mode}_launch_to_commit_s"
-        if key in found["quiet"]:
-            print(f"  {mode:<32}{found['quiet'][key]:>10.2f}{found['busy'][key]:>12.2f}")
-    print(f"  {'warm / cold':<32}{ratio.get('quiet', 0.0):>10.2f}{ratio.get('busy', 0.0):>12.2f}")
+        for name in names:
+            if key in found["quiet"]["brokers"][name]:
+                cells = "".join(
+                    f"{found[load]['brokers'][name][key]:>{w}.2f}" for load, w in (("quiet", 10), ("busy", 12))
+                )
+                print(f"  {mode + ' ' + name:<32}{cells}")
+    first = found["quiet"].get("broker", "embedded")
+    print(f"  {'warm / cold (' + first + ')':<32}{ratio.get('quiet', 0.0):>10.2f}{ratio.get('busy', 0.0):>12.2f}")
+    compared = {
+        load: {
+            mode: found[load]["kafka_over_embedded"][f"{mode}_launch_to_commit_s"]
+            for mode in MODES
+            if f"{mode}_launch_to_commit_s" in found[load].get("kafka_over_embedded", {})
+        }
+        for load in found
+    }
+    for mode in compared["quiet"]:
+        print(f"  {'Kafka / Tansu, ' + mode:<32}{compared['quiet'][mode]:>10.2f}{compared['busy'][mode]:>12.2f}")
     print(
-        f"warm, busy over quiet: {loaded:.2f}x; target (quiet warm < {TARGET_S:.0f} s): "
+        f"warm, busy over quiet: {loaded:.2f}x ({first}); target (quiet warm < {TARGET_S:.0f} s): "
         f"{'met' if found['quiet']['target_met'] else 'missed'}"
     )
-    print(json.dumps({**found, "warm_cold_ratio": ratio, "loaded_over_quiet_warm": loaded}))
+    extra = {"kafka_over_embedded_launch_to_commit": compared} if compared["quiet"] else {}
+    print(json.dumps({**found, "warm_cold_ratio": ratio, "loaded_over_quiet_warm": loaded, **extra}))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 runs per mode instead of 7")
     parser.add_argument("--runs", type=int, default=None, help="measured runs per mode (overrides --quick)")
@@ -287,7 +313,17 @@ def main() -> None:
         default="both",
         help="the machine as it is, with one core kept busy, or both in turn (default)",
     )
-    args = parser.parse_args()
+    add_broker_option(parser)
+    return parser
+
+
+def cases_of(modes: Sequence[str], names: Sequence[str]) -> list[tuple[str, str]]:
+    """The (mode, broker) cases of a run, in the order of their first runs (round `i` takes them in `round_order`)."""
+    return [(mode, name) for mode in modes for name in names]
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.load == "both":
         argv = sys.argv[1:]
         if "--load" in argv:
@@ -297,53 +333,57 @@ def main() -> None:
     runs_per_mode = args.runs or (3 if args.quick else 7)
     modes = tuple(args.modes.split(","))
     if not set(modes) <= set(MODES) or "warm" not in modes:
-        parser.error(f"--modes takes {', '.join(MODES)}, warm included")
+        parser().error(f"--modes takes {', '.join(MODES)}, warm included")
+    names = broker_names(args.broker)
+    cases = cases_of(modes, names)
     began = time.perf_counter()
 
-    with (
-        BusyCore() if args.load == "busy" else contextlib.nullcontext(),
-        EmbeddedBroker() as broker,
-        tempfile.TemporaryDirectory(prefix="cohort-freshness-") as tmp,
-    ):
-        config = {"bootstrap.servers": broker.bootstrap_servers}
+    with contextlib.ExitStack() as stack:
+        if args.load == "busy":
+            stack.enter_context(BusyCore())
+        brokers = start_brokers(names, stack)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="cohort-freshness-"))
+        configs = {name: {"bootstrap.servers": broker.bootstrap_servers} for name, broker in brokers.items()}
         home = Path(tmp) / "dagster"
         home.mkdir()
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         store_url = f"sqlite:///{tmp}/cohort.db"
         jobs = {
-            mode: {
-                "bootstrap": broker.bootstrap_servers,
-                "group": f"bench-freshness-{mode}",
-                "topic": f"bench-freshness-{mode}",
-                "sink": f"{tmp}/lake-{mode}",
+            (mode, name): {
+                "bootstrap": brokers[name].bootstrap_servers,
+                "group": f"bench-freshness-{mode}-{name}",
+                "topic": f"bench-freshness-{mode}-{name}",
+                "sink": f"{tmp}/lake-{mode}-{name}",
                 "store_url": store_url,
                 "remote": None,
                 "keep_session": mode == "kept",
                 "executor": args.executor,
             }
-            for mode in modes
+            for mode, name in cases
         }
-        for job in jobs.values():
-            create_topic(config, job["topic"], args.partitions)
+        for (_, name), job in jobs.items():
+            create_topic(configs[name], job["topic"], args.partitions)
 
         started = time.perf_counter()
         server = SparkConnectServer(root=Path(tmp) / "connect").start()
         server_startup_s = time.perf_counter() - started
-        jobs["warm"]["remote"] = server.url
-        if "kept" in jobs:
-            jobs["kept"]["remote"] = f"{server.url}/;session_id={uuid.uuid4()}"
+        for (mode, _), job in jobs.items():
+            if mode == "warm":
+                job["remote"] = server.url
+            elif mode == "kept":  # one server-side session per slot, kept across its runs
+                job["remote"] = f"{server.url}/;session_id={uuid.uuid4()}"
         assert server._process is not None
         server_pid = server._process.pid
         coordinator = Coordinator.from_url(store_url)
-        produced = dict.fromkeys(modes, 0)
+        produced = dict.fromkeys(cases, 0)
         env = clean_env(DAGSTER_HOME=str(home), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
 
-        def run(mode: str, label: str) -> Run:
-            job = jobs[mode]
-            produce(config, job["topic"], records(produced[mode], args.records, args.partitions))
-            produced[mode] += args.records
-            report_path = Path(tmp) / f"report-{mode}-{label}.json"
-            log = Path(tmp) / f"run-{mode}-{label}.log"
+        def run(case: tuple[str, str], label: str) -> Run:
+            (mode, name), job = case, jobs[case]
+            produce(configs[name], job["topic"], records(produced[case], args.records, args.partitions))
+            produced[case] += args.records
+            report_path = Path(tmp) / f"report-{mode}-{name}-{label}.json"
+            log = Path(tmp) / f"run-{mode}-{name}-{label}.log"
             load = os.getloadavg()[0]
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             server_cpu = tree_cpu(server_pid)
@@ -360,12 +400,13 @@ def main() -> None:
                 exited = time.time()
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             server_cpu_s = cpu_since(server_cpu, tree_cpu(server_pid))
+            what = f"{mode} run {label} on {name}"
             if code != 0 or not report_path.exists():
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-                raise SystemExit(f"{mode} run {label} exited {code}; {log}:\n{tail}")
+                raise SystemExit(f"{what} exited {code}; {log}:\n{tail}")
             report = json.loads(report_path.read_text())
             if report.get("connect") != (mode != "cold"):
-                raise SystemExit(f"{mode} run {label}: the run's session was {'not ' * (mode != 'cold')}Spark Connect")
+                raise SystemExit(f"{what}: the run's session was {'not ' * (mode != 'cold')}Spark Connect")
             committed = {
                 e.committed_at
                 for p in range(args.partitions)
@@ -373,13 +414,14 @@ def main() -> None:
                 if e.run_id == report["run_id"]
             }
             if len(committed) != 1:
-                raise SystemExit(f"{mode} run {label}: {len(committed)} commit times in the ledger, expected one")
+                raise SystemExit(f"{what}: {len(committed)} commit times in the ledger, expected one")
             committed_at = committed.pop()
             if sum(r[3] for r in report["ranges"]) != args.records:
-                raise SystemExit(f"{mode} run {label}: committed {report['ranges']}, not {args.records} records")
+                raise SystemExit(f"{what}: committed {report['ranges']}, not {args.records} records")
             readable, produced_at = read_back(job["sink"], report["ranges"], args.records)
             return Run(
                 mode=mode,
+                broker=name,
                 label=label,
                 spawn=spawn,
                 exited=exited,
@@ -393,106 +435,129 @@ def main() -> None:
                 split=split(report, spawn, committed_at),
             )
 
-        def show(r: Run) -> None:
-            parts = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.split.items())
-            stages = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.report["stage_seconds"].items())
-            print(
-                f"{r.mode:<5}{r.label:<6} load {r.load:4.2f}  launch->commit {r.launch_to_commit:6.2f} s  "
-                f"produce->commit {statistics.median(r.produce_to_commit):6.2f} s  "
-                f"launch->published {r.launch_to_published:6.2f} s  process {r.process_s:6.2f} s  "
-                f"readable {r.readable}  CPU {r.cpu_s:5.1f} s (+ server {r.server_cpu_s:4.1f} s)",
-                flush=True,
-            )
-            print(f"     split: {parts}", flush=True)
-            tasks = r.report["task_seconds"]
-            print(
-                f"     batch stages: {stages} (of plan: parallelism {r.report.get('parallelism_s', 0.0):.2f}; "
-                f"reading tasks {min(tasks):.2f} to {max(tasks):.2f}); after the commit: "
-                f"{r.exited - r.committed_at:.2f} s to the process's exit "
-                f"(Spark close {r.report['spark_close'][1] - r.report['spark_close'][0]:.2f} s)",
-                flush=True,
-            )
-
         print(
             f"Spark Connect server up in {server_startup_s:.1f} s; {args.records} records per run over "
-            f"{args.partitions} partitions; executor {args.executor}; load {os.getloadavg()[0]:.2f} "
-            f"({os.cpu_count()} cores)",
+            f"{args.partitions} partitions; executor {args.executor}; brokers: {', '.join(names)}; "
+            f"load {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)",
             flush=True,
         )
-        firsts = [run(mode, "first") for mode in modes]
+        firsts = [run(case, "first") for case in cases]
         for r in firsts:
             show(r)
         measured: list[Run] = []
         for i in range(runs_per_mode):
-            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
-                measured.append(run(mode, f"run{i}"))
+            for case in round_order(modes, names, i):
+                measured.append(run(case, f"run{i}"))
                 show(measured[-1])
         server.stop()
         coordinator.close()
         load_end = os.getloadavg()[0]
 
-    by_mode = {mode: [r for r in measured if r.mode == mode] for mode in modes}
-    launch = {mode: [r.launch_to_commit for r in by_mode[mode]] for mode in modes}
-    fresh = {mode: [statistics.median(r.produce_to_commit) for r in by_mode[mode]] for mode in modes}
-    published = {mode: [r.launch_to_published for r in by_mode[mode]] for mode in modes}
-    splits = {
-        mode: {name: round(statistics.median(r.split[name] for r in by_mode[mode]), 3) for name in SPLIT}
-        for mode in modes
+    common: dict[str, Any] = {
+        "records": args.records,
+        "runs": runs_per_mode,
+        "executor": args.executor,
+        "load": args.load,
+        "connect_server_startup_s": round(server_startup_s, 1),
+        "target_s": TARGET_S,
     }
+    per_broker = print_results(measured, modes, names, runs_per_mode)
+    all_readable = all(r.readable for r in [*firsts, *measured])
+    for name, figures in per_broker.items():
+        figures["all_readable"] = all(r.readable for r in [*firsts, *measured] if r.broker == name)
+    print(
+        f"rows readable right after every run: {all_readable}; load {load_end:.2f} at the end; "
+        f"{time.perf_counter() - began:.0f} s in all"
+    )
+    ratio_keys = [f"{m}_{k}" for m in modes for k in ("launch_to_commit_s", "launch_to_commit_p90_s")]
+    ratio_keys += [f"{m}_produce_to_commit_s" for m in modes]
+    found = summary(common, per_broker, ratio_keys)
+    found["all_readable"] = all_readable  # every run on every broker; each broker's own under `brokers`
+    print(json.dumps(found))
+
+
+def show(r: Run) -> None:
+    parts = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.split.items())
+    stages = " ".join(f"{name}={seconds:.2f}" for name, seconds in r.report["stage_seconds"].items())
+    print(
+        f"{r.mode:<5}{r.broker:<9}{r.label:<6} load {r.load:4.2f}  launch->commit {r.launch_to_commit:6.2f} s  "
+        f"produce->commit {statistics.median(r.produce_to_commit):6.2f} s  "
+        f"launch->published {r.launch_to_published:6.2f} s  process {r.process_s:6.2f} s  "
+        f"readable {r.readable}  CPU {r.cpu_s:5.1f} s (+ server {r.server_cpu_s:4.1f} s)",
+        flush=True,
+    )
+    print(f"     split: {parts}", flush=True)
+    tasks = r.report["task_seconds"]
+    print(
+        f"     batch stages: {stages} (of plan: parallelism {r.report.get('parallelism_s', 0.0):.2f}; "
+        f"reading tasks {min(tasks):.2f} to {max(tasks):.2f}); after the commit: "
+        f"{r.exited - r.committed_at:.2f} s to the process's exit "
+        f"(Spark close {r.report['spark_close'][1] - r.report['spark_close'][0]:.2f} s)",
+        flush=True,
+    )
+
+
+def print_results(
+    measured: Sequence[Run], modes: Sequence[str], names: Sequence[str], runs_per_mode: int
+) -> dict[str, dict[str, Any]]:
+    """The table of medians, a column per (mode, broker), Kafka over Tansu when both ran; each broker's figures."""
+    cases = cases_of(modes, names)
+    by_case = {case: [r for r in measured if (r.mode, r.broker) == case] for case in cases}
+    launch = {case: [r.launch_to_commit for r in by_case[case]] for case in cases}
+    fresh = {case: [statistics.median(r.produce_to_commit) for r in by_case[case]] for case in cases}
+    published = {case: [r.launch_to_published for r in by_case[case]] for case in cases}
+    splits = {
+        case: {name: round(statistics.median(r.split[name] for r in by_case[case]), 3) for name in SPLIT}
+        for case in cases
+    }
+    headers = [mode if len(names) == 1 else f"{mode} {name}" for mode, name in cases]
 
     def medians(value: Any) -> str:
-        return "".join(f"{statistics.median(value(r) for r in by_mode[m]):>16.2f}" for m in modes)
+        return "".join(f"{statistics.median(value(r) for r in by_case[c]):>16.2f}" for c in cases)
 
     print()
-    print(f"{'':<34}{''.join(f'{m:>16}' for m in modes)}   (median / p90 over {runs_per_mode} runs per mode)")
-    for name, values in (
+    print(f"{'':<34}{''.join(f'{h:>16}' for h in headers)}   (median / p90 over {runs_per_mode} runs per case)")
+    for label, values in (
         ("launch -> commit", launch),
         ("produce -> commit", fresh),
         ("launch -> published", published),
     ):
-        cells = "".join(f"{statistics.median(values[m]):>9.2f} / {p90(values[m]):<5.2f}" for m in modes)
-        print(f"{name + ' (s)':<34}{cells}")
+        cells = "".join(f"{statistics.median(values[c]):>9.2f} / {p90(values[c]):<5.2f}" for c in cases)
+        print(f"{label + ' (s)':<34}{cells}")
     print(f"{'process, launch to exit (s)':<34}{medians(lambda r: r.process_s)}")
     print(f"{'CPU, run process tree (s)':<34}{medians(lambda r: r.cpu_s)}")
     print(f"{'CPU, Connect server tree (s)':<34}{medians(lambda r: r.server_cpu_s)}")
     print("split of launch -> commit (median s):")
-    for name in SPLIT:
-        print(f"  {name:<32}{''.join(f'{splits[m][name]:>16.2f}' for m in modes)}")
+    for part in SPLIT:
+        print(f"  {part:<32}{''.join(f'{splits[c][part]:>16.2f}' for c in cases)}")
     stage_names = sorted({s for r in measured for s in r.report["stage_seconds"]})
     print("run_batch stages (median s):")
     for stage in stage_names:
         print(f"  {stage:<32}{medians(lambda r, stage=stage: r.report['stage_seconds'].get(stage, 0.0))}")
     print(f"  {'(of plan: parallelism)':<32}{medians(lambda r: r.report.get('parallelism_s', 0.0))}")
     print(f"  {'(reading tasks, longest)':<32}{medians(lambda r: max(r.report['task_seconds']))}")
-    all_readable = all(r.readable for r in [*firsts, *measured])
-    warm_median = statistics.median(launch["warm"])
-    print(
-        f"rows readable right after every run: {all_readable}; load {load_end:.2f} at the end; "
-        f"{time.perf_counter() - began:.0f} s in all"
-    )
-    print(
-        f"target: warm launch -> commit < {TARGET_S:.0f} s: "
-        f"{'met' if warm_median < TARGET_S else 'missed'} ({warm_median:.2f} s)"
-    )
-    summary: dict[str, Any] = {
-        "records": args.records,
-        "runs": runs_per_mode,
-        "executor": args.executor,
-        "load": args.load,
-    }
-    for m in modes:
-        summary[f"{m}_launch_to_commit_s"] = round(statistics.median(launch[m]), 2)
-        summary[f"{m}_launch_to_commit_p90_s"] = round(p90(launch[m]), 2)
-        summary[f"{m}_produce_to_commit_s"] = round(statistics.median(fresh[m]), 2)
-        summary[f"{m}_launch_to_published_s"] = round(statistics.median(published[m]), 2)
-        summary[f"{m}_split_s"] = splits[m]
-    summary.update(
-        connect_server_startup_s=round(server_startup_s, 1),
-        all_readable=all_readable,
-        target_s=TARGET_S,
-        target_met=warm_median < TARGET_S,
-    )
-    print(json.dumps(summary))
+    if {"embedded", "kafka"} <= set(names):
+        median = {case: statistics.median(launch[case]) for case in cases}
+        cells = ", ".join(f"{m} {ratio(median[(m, 'kafka')], median[(m, 'embedded')], 2)}" for m in modes)
+        print(f"Kafka / Tansu, median launch -> commit: {cells}")
+    per_broker: dict[str, dict[str, Any]] = {}
+    for name in names:
+        figures: dict[str, Any] = {}
+        for m in modes:
+            case = (m, name)
+            figures[f"{m}_launch_to_commit_s"] = round(statistics.median(launch[case]), 2)
+            figures[f"{m}_launch_to_commit_p90_s"] = round(p90(launch[case]), 2)
+            figures[f"{m}_produce_to_commit_s"] = round(statistics.median(fresh[case]), 2)
+            figures[f"{m}_launch_to_published_s"] = round(statistics.median(published[case]), 2)
+            figures[f"{m}_split_s"] = splits[case]
+        warm_median = statistics.median(launch[("warm", name)])
+        figures["target_met"] = warm_median < TARGET_S
+        print(
+            f"target on {name}: warm launch -> commit < {TARGET_S:.0f} s: "
+            f"{'met' if figures['target_met'] else 'missed'} ({warm_median:.2f} s)"
+        )
+        per_broker[name] = figures
+    return per_broker
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 README), while a Dagster run holds the group and after it (docs/protocol.md, "What Kafka sees of a Cohort group").
 
 Cohort's members live in its own store: no run joins Kafka's group, whose coordinator knows the group only by the
-offsets the Kafka mirror commits (AlterConsumerGroupOffsets, with the run id as each partition's metadata). So
+offsets the Kafka mirror commits (an OffsetCommit that joins nothing, with the run id as each partition's metadata). So
 `describe_consumer_groups` shows no member and no assignor even while Cohort's coordinator has the run's member in a
 Stable generation: a group that never committed is unknown to Kafka (Dead, not listed), one that did is an Empty
 classic group with an empty protocol type (a "simple" consumer group). `list_consumer_group_offsets` answers each
