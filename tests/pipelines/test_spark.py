@@ -59,6 +59,7 @@ def test_a_script_that_exits_with_its_session_open_prints_nothing_after_its_outp
     assert "py4j" not in done.stderr, done.stderr[-4000:]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_pytest_with_the_spark_fixture_ends_with_its_summary(tmp_path: Path) -> None:
     test_file = tmp_path / "test_count.py"

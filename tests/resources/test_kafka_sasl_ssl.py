@@ -300,9 +300,12 @@ REFUSALS = [
     ),
 ]
 
+CI_KEEPS_ONE = [pytest.param(r, marks=pytest.mark.slow) if r.name == "untrusted-certificate" else r for r in REFUSALS]
+"""The batch's refusals: CI keeps the wrong password (the CLI's test keeps both); the certificate is slow."""
+
 
 @pytest.mark.dagster
-@pytest.mark.parametrize("refusal", REFUSALS, ids=[r.name for r in REFUSALS])
+@pytest.mark.parametrize("refusal", CI_KEEPS_ONE, ids=[r.name for r in REFUSALS])
 def test_a_refused_connection_fails_the_batch_quickly_naming_the_cause_and_commits_nothing(
     refusal: Refusal,
     group: Group,
