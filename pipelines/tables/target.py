@@ -26,4 +26,3 @@ class TableTarget:
     identifiers: tuple[str, str] | None = None
     retention: TableRetention | None = DEFAULT_RETENTION
     default_catalog: bool = False
-

@@ -17,9 +17,7 @@ MAX_FUNCTION_LINES = 80
 
 
 def _folders() -> list[Path]:
-    return sorted(
-        {p.parent for top in PRODUCT for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
-    )
+    return sorted({p.parent for top in PRODUCT for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts})
 
 
 def _modules(folder: Path) -> list[str]:
