@@ -537,8 +537,8 @@ def print_results(
     print(f"  {'(of plan: parallelism)':<32}{medians(lambda r: r.report.get('parallelism_s', 0.0))}")
     print(f"  {'(reading tasks, longest)':<32}{medians(lambda r: max(r.report['task_seconds']))}")
     if {"embedded", "kafka"} <= set(names):
-        median = {case: statistics.median(launch[case]) for case in cases}
-        cells = ", ".join(f"{m} {ratio(median[(m, 'kafka')], median[(m, 'embedded')], 2)}" for m in modes)
+        median = {case: round(statistics.median(launch[case]), 2) for case in cases}  # as in the summary
+        cells = ", ".join(f"{m} {ratio(median[(m, 'kafka')], median[(m, 'embedded')]):.2f}" for m in modes)
         print(f"Kafka / Tansu, median launch -> commit: {cells}")
     per_broker: dict[str, dict[str, Any]] = {}
     for name in names:

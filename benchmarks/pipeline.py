@@ -14,7 +14,9 @@ Kafka first in the next (A B, B A, ...): produce, the plain consumer with the de
 Spark's start, the first batch, the second, then the stages redone. Each broker's Spark runs in a fresh process of
 its own (`--spark-batches`, internal), both alive from their start to the end of the batches, so each broker's first
 batch is the first of a fresh process and JVM, as when the benchmark ran on one broker, and the brokers' batches
-still alternate. Both brokers run throughout; the CPU figures leave out the broker's own process, shown apart
+still alternate. Before each of these Spark steps the benchmark waits (up to 10 s) until both Spark processes are
+idle, so what one JVM still does after its step (the JIT compiling what it just ran) does not slow the other's.
+Both brokers run throughout; the CPU figures leave out the broker's own process, shown apart
 (`broker_cpu_s_per_1m`).
 
 Usage:
@@ -50,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -326,6 +328,21 @@ class SparkBatches:
                 self.process.wait()
 
 
+def settle(workers: Iterable[SparkBatches], *, idle: float = 0.1, limit_s: float = 10.0) -> None:
+    """Wait, at most `limit_s`, until the Spark processes use less than `idle` of a core (over half a second), so
+    what one step leaves running in a JVM (the JIT compiling what it just ran, a clean-up) is not charged to the
+    next step, whichever broker's Spark runs it."""
+    pids = [worker.process.pid for worker in workers]
+    deadline = time.monotonic() + limit_s
+    before = sum(_tree_cpu_s(pid) for pid in pids)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = sum(_tree_cpu_s(pid) for pid in pids)
+        if after - before < idle * 0.5:
+            return
+        before = after
+
+
 def measure(names: Sequence[str], count: int, partitions: int, java_options: str | None) -> dict[str, BrokerRun]:
     """Each step on every broker, the brokers in turn (A B, then B A, ...: `in_turn`) before the next step: produce,
     the plain consumer (default, then tuned), Spark's start, the first batch, the second (each broker's Spark in a
@@ -354,12 +371,14 @@ def measure(names: Sequence[str], count: int, partitions: int, java_options: str
         workers = {name: SparkBatches(run, count, partitions, tmp, java_options) for name, run in runs.items()}
         for worker in workers.values():
             stack.callback(worker.close)
-        for run in in_order():
-            run.startup_s = workers[run.name].ask("start")["startup_s"]
-        for label in ("cold", "warm"):
+        for step in ("start", "cold", "warm"):
             for run in in_order():
-                found = workers[run.name].ask(label)
-                run.batches.append(Batch(**{**found, "spans": [tuple(span) for span in found["spans"]]}))
+                settle(workers.values())
+                found = workers[run.name].ask(step)
+                if step == "start":
+                    run.startup_s = found["startup_s"]
+                else:
+                    run.batches.append(Batch(**{**found, "spans": [tuple(span) for span in found["spans"]]}))
         for worker in workers.values():
             worker.ask("stop")
         for run in in_order():
@@ -472,7 +491,7 @@ def print_ratios(per_broker: Mapping[str, Mapping[str, Any]]) -> None:
     tansu, kafka = per_broker["embedded"], per_broker["kafka"]
     print(f"== Kafka / Tansu{'':<30}{'Tansu':>12}{'Kafka':>12}{'Kafka/Tansu':>13}")
     for key, label in _RATIO_LINES:
-        print(f"  {label:<43}{tansu[key]:>12,}{kafka[key]:>12,}{ratio(kafka[key], tansu[key], 2):>13}")
+        print(f"  {label:<43}{tansu[key]:>12,}{kafka[key]:>12,}{ratio(kafka[key], tansu[key]) or 0.0:>13.2f}")
 
 
 def main() -> None:

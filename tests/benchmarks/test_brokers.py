@@ -143,7 +143,7 @@ def test_the_freshness_table_has_a_column_per_mode_and_broker_and_their_ratio(
     per_broker = freshness.print_results(measured, ("cold", "warm"), BROKERS, 2)
     out = capsys.readouterr().out
     assert "cold embedded" in out and "warm kafka" in out
-    assert "Kafka / Tansu, median launch -> commit: cold 1.1, warm 0.76" in out
+    assert "Kafka / Tansu, median launch -> commit: cold 1.10, warm 0.77" in out
     assert per_broker["embedded"]["warm_launch_to_commit_s"] == 8.5 and per_broker["kafka"]["target_met"] is False
     found = summary({"runs": 2}, per_broker, ["cold_launch_to_commit_s", "warm_launch_to_commit_s"])
     assert found["warm_launch_to_commit_s"] == 8.5 and found["broker"] == "embedded"
