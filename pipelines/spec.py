@@ -89,8 +89,11 @@ class PipelineSpec:
             in the registry, read when a batch starts (docs/formats.md).
         value_subject: the registry subject whose latest version is the reader schema (default: the
             topic's `<topic>-value`, the registry's TopicNameStrategy).
-        key_format, key_schema, key_subject: the same for keys (default 'bytes': the key stays raw in
-            `kafka.key`); a decoded key is a `key` column (a struct for record schemas).
+        key_format: the key's format, as value_format (default 'bytes': the key stays raw in `kafka.key`); a
+            decoded key is a `key` column (a struct for record schemas).
+        key_schema: the key's reader schema, as value_schema.
+        key_subject: the registry subject whose latest version is the key's reader schema (default: the topic's
+            `<topic>-key`).
         registry: the Schema Registry the registry formats read writer schemas from.
         model: a pandera.pyspark DataFrameModel over the decoded value columns, checked row by row.
         transform: DataFrame -> DataFrame applied to valid records before the sink. Every row it returns

@@ -38,17 +38,6 @@ _AS_TEXT: dict[str, tuple[Any, str]] = {
     "reset": (str, "Where partitions without a committed offset start: earliest, latest or an ISO 8601 time."),
     "consumer_config": (dict[str, str], "Extra librdkafka settings of the executor-side consumers."),
 }
-_OWN_DESCRIPTIONS: dict[str, str] = {
-    "key_format": (
-        "The key's format, as value_format (default 'bytes': the key stays raw in `kafka.key`); a decoded key is a "
-        "`key` column (a struct for record schemas)."
-    ),
-    "key_subject": (
-        "The registry subject whose latest version is the key's reader schema (default: the topic's `<topic>-key`)."
-    ),
-}
-"""Descriptions of the settings `PipelineSpec`'s docstring describes together (`key_format, key_schema, key_subject:
-the same for keys`): in the YAML each attribute has its own."""
 _LEFT_OUT = frozenset({"iceberg_catalog", "table_retention", "registry", "value_reader", "key_reader"})
 """Settings the YAML does not hold: a secret (iceberg_catalog_env names its variable), objects with defaults,
 the registry (the `schema_registry` resource) and what a batch fills in."""
@@ -61,7 +50,7 @@ def _settings_model() -> type[pydantic.BaseModel]:
     for field in dataclasses.fields(PipelineSpec):
         if field.name in _LEFT_OUT:
             continue
-        described = _OWN_DESCRIPTIONS.get(field.name, docs.get(field.name))
+        described = docs.get(field.name)
         annotation, description = _AS_TEXT.get(field.name, (hints[field.name], described))
         if field.default is not dataclasses.MISSING:
             default = field.default
