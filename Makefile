@@ -36,10 +36,12 @@ system-deps:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
-# The Apache Kafka the tests run against (harness/kafka/pom.xml): Maven copies the pinned jars into
-# ~/.cache/cohort/kafka-jars/<pom hash>/ once (Maven's own cache is ~/.m2); a no-op when cached.
+# The Apache Kafka the tests run against (harness/kafka/pom.xml) and Spark's own Kafka source (harness/spark_kafka/
+# pom.xml, for benchmarks/peers.py and the JVM reading path's tests): Maven copies the pinned jars into
+# ~/.cache/cohort/{kafka-jars,spark-kafka-jars}/<pom hash>/ once (Maven's own cache is ~/.m2); a no-op when cached.
 kafka-jars: $(STAMP) system-deps
 	@$(PY) -m harness.kafka_broker >/dev/null
+	@$(PY) -m harness.spark_kafka >/dev/null
 
 demo: $(STAMP)
 	$(PY) -m cohort.demo

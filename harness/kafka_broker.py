@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
@@ -29,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from harness.maven_jars import MavenJarsError, cached_jars
 
 __all__ = [
     "POM",
@@ -55,11 +56,6 @@ class KafkaBrokerError(RuntimeError):
     """Kafka's jars could not be resolved, or the broker could not be formatted, started or reached."""
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cohort" / "kafka-jars"
-
-
 def kafka_jars(pom: Path = POM, *, offline: bool = False) -> Path:
     """The folder holding the jars `pom` pins: `$COHORT_KAFKA_JARS`, else `~/.cache/cohort/kafka-jars/<pom hash>`,
     copied there by Maven on first use (`offline`: from ~/.m2 only). Instant once cached."""
@@ -69,34 +65,10 @@ def kafka_jars(pom: Path = POM, *, offline: bool = False) -> Path:
         if not any(folder.glob("kafka_2.13-*.jar")):
             raise KafkaBrokerError(f"${ENV_JARS} points at {folder}, which holds no kafka_2.13 jar")
         return folder
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
-    folder = _cache_root() / digest
-    if folder.is_dir():  # only ever created by the rename below, so complete
-        return folder
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaBrokerError(
-            f"Kafka's jars are not cached in {folder} and Maven (mvn) is not installed to resolve {pom}: "
-            "install Debian's 'maven' package (`make system-deps` does)"
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{digest}.partial-", dir=folder.parent))
-    command = [mvn, "-q", "-B", *(["-o"] if offline else []), "-f", str(pom), "dependency:copy-dependencies"]
-    command += [f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise KafkaBrokerError(
-                f"Maven could not resolve {pom} (exit {done.returncode}):\n{_tail(done.stdout + done.stderr, 30)}"
-            )
-        try:
-            staging.rename(folder)
-        except OSError:  # another process cached the same pom first
-            if not folder.is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+        return cached_jars(pom, "kafka-jars", offline=offline)
+    except MavenJarsError as exc:
+        raise KafkaBrokerError(str(exc)) from None
 
 
 def _java() -> str:
