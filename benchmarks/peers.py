@@ -172,7 +172,9 @@ def _cohort_run(config: Mapping[str, Any], tmp: str, name: str) -> CohortRun:
 
 def cold_child(job: Mapping[str, Any]) -> None:
     """`--cold JOB_JSON`: start Spark, land one case once, print its figures (REPLY + JSON) and exit."""
-    topic = Topic(**{**job["topic"], "spec": _spec_of(job)})
+    ends = {int(p): end for p, end in job["topic"]["ends"].items()}
+    spec = _spec_of(job)  # makes the described schema a StructType again
+    topic = Topic(**{**job["topic"], "ends": ends, "spec": spec})
     case = next(c for c in CASES if c.name == job["case"])
     config = {"bootstrap.servers": job["bootstrap"]}
     started = time.perf_counter()
@@ -191,9 +193,9 @@ def _spec_of(job: Mapping[str, Any]) -> Any:
     from cohort.pipelines import PipelineSpec
     from cohort.pipelines.formats.registry import RegistryConnection
 
+    job["topic"]["spark_schema"] = T.StructType.fromJson(job["topic"]["spark_schema"])
     if job["topic"]["fmt"] == "json":
         return PipelineSpec(sink_path="-", value_schema=SCHEMA, model=Event)
-    job["topic"]["spark_schema"] = T.StructType.fromJson(job["topic"]["spark_schema"])
     return PipelineSpec(
         sink_path="-", value_format="avro", registry=RegistryConnection(url=job["registry"]), model=FormatEvent
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.maven_jars import cached_jars
 
-__all__ = ["POM", "spark_kafka_jars", "spark_jars_conf"]
+__all__ = ["POM", "spark_jars_conf", "spark_kafka_jars"]
 
 POM = Path(__file__).resolve().parent / "spark_kafka" / "pom.xml"
 _VERSIONED = re.compile(r"^(?P<name>.+?)-\d[\w.\-]*\.jar$")
