@@ -29,7 +29,7 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
 from cohort.pipelines.sink.tree import DUCKDB_GLOB
 
-__all__ = ["Case", "Landing", "Topic", "land", "light", "light_arrow"]
+__all__ = ["Case", "Landing", "Topic", "land", "light", "light_arrow", "settle"]
 
 SPARK_BATCH, SPARK_STREAM, COHORT = "spark-batch", "spark-stream", "cohort"
 
@@ -189,6 +189,21 @@ def cohort_batch(spark: Any, run: CohortRun, topic: Topic, case: Case, out: str,
     return dict(result.stage_seconds)
 
 
+def settle(spark: Any, quiet_share: float = 0.1, most_s: float = 15.0) -> None:
+    """Collect the JVM's garbage and wait (at most `most_s`) until this process tree uses under `quiet_share` of a
+    core: what the previous case left running (the JIT compiling what it just ran, a collection) is not billed to
+    the next."""
+    spark.sparkContext._jvm.java.lang.System.gc()
+    deadline = time.monotonic() + most_s
+    before = _tree_cpu_s(os.getpid())
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _tree_cpu_s(os.getpid())
+        if now - before < quiet_share * 0.5:
+            return
+        before = now
+
+
 def land(
     spark: Any,
     bootstrap: str,
@@ -206,6 +221,7 @@ def land(
         runner = lambda: spark_stream(spark, bootstrap, topic, case, out)  # noqa: E731
     else:
         runner = lambda: cohort_batch(spark, cohort, topic, case, out, group)  # noqa: E731
+    settle(spark)
     load = os.getloadavg()[0]
     cpu = _tree_cpu_s(os.getpid())
     started = time.perf_counter()

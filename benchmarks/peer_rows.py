@@ -70,7 +70,7 @@ def stage_breakdown(spark: Any, bootstrap: str, topic: Topic) -> dict[str, dict[
     shutil.rmtree(out, ignore_errors=True)
     spark_stages = {"read": read, "decode": max(0.0, decoded - read), "write": max(0.0, whole - decoded)}
     spans = [OffsetSpan(topic.name, p, 0, end) for p, end in sorted(topic.ends.items())]
-    cohort_stages = stage_cpu(topic.spec, {"bootstrap.servers": bootstrap}, spans)
+    cohort_stages = stage_cpu(topic.spec.with_readers([topic.name]), {"bootstrap.servers": bootstrap}, spans)
     return {
         "spark": {name: round(cpu * per_1m, 2) for name, cpu in spark_stages.items()},
         "cohort": {name: round(cpu * per_1m, 2) for name, cpu in cohort_stages.items()},

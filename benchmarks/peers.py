@@ -26,7 +26,8 @@ run stops before printing any figure if not. **Increment**: 1,000 new JSON recor
 round's group and `spark-stream` on the last round's checkpoint, alternating which goes first, `--repeats` times:
 launch to commit in the warm JVM (`run_batch`'s call to its return, the publish and the Kafka mirror included;
 `start()` to `awaitTermination()`); both outputs must then hold the same rows. **Stages**: the plain path's CPU per
-1M by stage (benchmarks/stages.py) beside the Spark source's (a read alone, read and decode, the whole batch).
+1M by stage (benchmarks/stages.py) beside the Spark source's (a read alone, read and decode, the whole batch), for
+each format.
 
 CPU seconds are of the whole process tree (this process, the JVM, its Python workers) per 1M records; the broker's
 process is left out. Rates count every record read (malformed ones included).
@@ -409,7 +410,10 @@ def print_table(summary: Mapping[str, Any]) -> None:
             f"{f.get('first_batch_cpu_s_per_1m', 0):>9.2f} {f.get('spark_startup_s', 0):>11.2f}"
         )
     print(f"increment of {INCREMENT:,} records, launch to commit (s): {summary['increment_s']}")
-    print(f"stages, CPU s per 1M: {summary['stages']}")
+    for fmt, stages in summary["stages"].items():
+        for side, figures in stages.items():
+            listed = ", ".join(f"{name} {cpu:.2f}" for name, cpu in figures.items())
+            print(f"stages, {fmt}, {side}, CPU s per 1M: {listed}")
     print(f"load average (1 min) {summary['load']['min']} to {summary['load']['max']} ({os.cpu_count()} cores)")
 
 
@@ -450,7 +454,7 @@ def main() -> None:
         cohort = _cohort_run(config, tmp, "warm")
         measured, last, same = warm_rounds(spark, broker.bootstrap_servers, cohort, topics, tmp, args.repeats)
         loads.extend(landing.load for runs in measured.values() for landing in runs)
-        stages = stage_breakdown(spark, broker.bootstrap_servers, topics["json"])
+        stages = {fmt: stage_breakdown(spark, broker.bootstrap_servers, topic) for fmt, topic in topics.items()}
         cohort_s, stream_s, grown_same = increments(spark, broker.bootstrap_servers, cohort, topics, last, args.repeats)
         same = same and grown_same
         loads.append(os.getloadavg()[0])

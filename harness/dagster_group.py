@@ -45,6 +45,7 @@ class Setup:
     freshness_s: float = 3600.0
     settings: dict[str, Any] = field(default_factory=dict)
     table_format: str = "parquet"
+    iceberg_catalog: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -78,6 +79,7 @@ def config_for(setup: Setup) -> CohortConfig:
         value_schema=VALUE_SCHEMA,
         transform=transform,
         table_format=setup.table_format,
+        iceberg_catalog=setup.iceberg_catalog if setup.table_format == "iceberg" else None,
     )
     settings = {
         "initial_rebalance_delay_s": 4.0,

@@ -24,7 +24,10 @@ def table_arrow(spec: PipelineSpec, *, quarantine: bool = False) -> pa.Table | N
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
-    catalog = SqlCatalog("cohort", uri=spec.iceberg_catalog_url, warehouse=f"file://{root}")
+    from cohort.pipelines.tables.iceberg.catalog import file_io_properties
+
+    warehouse = root if "://" in root else f"file://{root}"
+    catalog = SqlCatalog("cohort", uri=spec.iceberg_catalog_url, warehouse=warehouse, **file_io_properties(root))
     identifier = spec.iceberg_identifiers[1 if quarantine else 0]
     try:
         return catalog.load_table(identifier).scan().to_arrow()

@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.stores",
     "tests.fixtures.sinks",
     "tests.fixtures.dagster",
+    "tests.fixtures.s3",
 ]
 
 # The marker each fixture gives the tests that use it, directly or through another fixture.
@@ -35,6 +36,9 @@ FIXTURE_MARKERS: dict[str, str] = {
     "postgres_server": "postgres",
     "instance": "dagster",
     "make_setup": "dagster",
+    "s3_server": "s3",
+    "s3_bucket": "s3",
+    "s3_env": "s3",
 }
 
 # Infrastructure a test starts itself (a process or a browser) rather than through a fixture: the test says so

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 __all__ = [
     "ASSIGNORS",
+    "OBJECT_STORE_POINTS",
     "POINTS",
     "SINK_FORMATS",
     "SPARK_CONF",
@@ -43,6 +44,12 @@ POINTS: tuple[FaultPoint, ...] = (
     FaultPoint("after-mirror", "after the Kafka mirror, before the materialization events"),
     FaultPoint("heartbeat", "while heartbeating (batch running)"),
 )
+OBJECT_STORE_POINTS: tuple[FaultPoint, ...] = (
+    *POINTS,
+    FaultPoint("mid-publish", "mid-publish (one range copied into place, the others not)"),
+)
+"""The Parquet sink's points on an object store (`s3://`): its publish is one copy per range, so it can die between
+two of them."""
 _SHARED = {p.key: p for p in POINTS if p.key in {"after-commit", "after-mirror"}}
 TABLE_POINTS: tuple[FaultPoint, ...] = (
     FaultPoint("after-stage", "after staging, before the quarantine table commit"),
@@ -73,7 +80,7 @@ def points_for(table_format: str) -> tuple[FaultPoint, ...]:
 
 def fault_point(key: str, table_format: str = "parquet") -> FaultPoint:
     """The point `key` of a sink format; ValueError naming the known ones."""
-    points = points_for(table_format)
+    points = OBJECT_STORE_POINTS if table_format == "parquet" else points_for(table_format)
     for point in points:
         if point.key == key:
             return point
@@ -96,6 +103,8 @@ class FaultScenario:
     victim_slot: int = 1
     survivor_slot: int = 2
     table_format: str = "parquet"
+    iceberg_catalog: str | None = None
+    """An Iceberg sink's catalog URL (None: the default SQLite file under a local sink)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

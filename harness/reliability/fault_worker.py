@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.reliability.fault_points import POINTS, SPARK_CONF, SPARK_MASTER, TABLE_POINTS, FaultScenario
+from harness.reliability.fault_points import OBJECT_STORE_POINTS, SPARK_CONF, SPARK_MASTER, TABLE_POINTS, FaultScenario
 
 __all__ = ["die", "install", "main"]
 
@@ -118,6 +118,17 @@ def _killing_read_range(original: Callable[..., Iterator[Any]], kill: Callable[[
     return read_range
 
 
+def _killing_copy(original: Callable[..., None], kill: Callable[[], NoReturn]) -> Callable[..., None]:
+    """`ArrowFs.copy_file` that dies right after the first copy into a range directory (not under `_staging`)."""
+
+    def copy_file(self: Any, source: str, target: str) -> None:
+        original(self, source, target)
+        if "/_staging/" not in target:
+            kill()
+
+    return copy_file
+
+
 def install(point: str, marker: str) -> Callable[..., Any]:
     """Wrap the real function at `point`'s boundary; return the batch runner for the worker job (the real
     `run_batch`, with the ledger or mirror wrapped for the points there; it also marks the batch running).
@@ -133,7 +144,8 @@ def install(point: str, marker: str) -> Callable[..., Any]:
     after-table-commit (table sinks): the sink table's `commit` of the batch, on return (no ledger commit);
     after-commit: the mirror's `mirror`, on entry (the ledger's commit stands);
     after-mirror: `cohort.assets.group_batch.materializations`, on entry (ledger and Kafka agree, nothing logged);
-    heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs.
+    heartbeat: `Coordinator.heartbeat` returning on the heartbeat thread while the batch runs;
+    mid-publish (an object-store root): `ArrowFs.copy_file` returning from the first copy of a range into place.
     """
     from cohort.assets import group_batch
     from cohort.assignment.coordinator import Coordinator
@@ -168,6 +180,10 @@ def install(point: str, marker: str) -> Callable[..., Any]:
         table_batch.open_tables = _killing_open_tables(table_batch.open_tables, point, kill)
     elif point == "mid-read":
         reader.read_range = _killing_read_range(reader.read_range, kill)
+    elif point == "mid-publish":
+        from cohort.pipelines.tasks.writer import ArrowFs
+
+        ArrowFs.copy_file = _killing_copy(ArrowFs.copy_file, kill)  # type: ignore[method-assign]
     elif point == "after-mirror":
         group_batch.materializations = lambda *args, **kwargs: kill()
     elif point == "heartbeat":
@@ -181,7 +197,8 @@ def install(point: str, marker: str) -> Callable[..., Any]:
 
         Coordinator.heartbeat = heartbeat_then_die  # type: ignore[method-assign]
     elif point not in {"after-write", "after-commit"}:
-        raise ValueError(f"unknown fault point {point!r}; known: {[p.key for p in (*POINTS, *TABLE_POINTS)]}")
+        known = [p.key for p in (*OBJECT_STORE_POINTS, *TABLE_POINTS)]
+        raise ValueError(f"unknown fault point {point!r}; known: {known}")
     return runner
 
 
@@ -189,7 +206,7 @@ def _start_spark_early(point: str) -> None:
     """Start this process's Spark on a thread before the heavy imports and the join (a victim that reads
     needs its own JVM; starting it while the slot joins saves the scenario that time). The run's
     `SparkResource.get_session()` then gets this session: the same settings, the product's defaults."""
-    if not next(p for p in (*POINTS, *TABLE_POINTS) if p.key == point).reads:
+    if not next(p for p in (*OBJECT_STORE_POINTS, *TABLE_POINTS) if p.key == point).reads:
         return
 
     # Imported here, not on the thread: two threads importing pyspark at once meet its modules half-initialised.

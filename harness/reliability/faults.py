@@ -114,6 +114,7 @@ def scenario_config(scenario: FaultScenario, *, victim: bool) -> CohortConfig:
         value_schema=VALUE_SCHEMA,
         consume_batch_size=10,
         table_format=scenario.table_format,
+        iceberg_catalog=scenario.iceberg_catalog if scenario.table_format == "iceberg" else None,
     )
     return CohortConfig(
         CohortGroupResource(
@@ -337,7 +338,12 @@ def cohort_audit(coordinator: Coordinator, scenario: FaultScenario) -> tuple[boo
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         clean = audit_group(
-            coordinator, scenario.group, SinkTarget(scenario.sink), scenario.bootstrap, repair=False, as_json=True
+            coordinator,
+            scenario.group,
+            SinkTarget(scenario.sink, iceberg_catalog=scenario.iceberg_catalog),
+            scenario.bootstrap,
+            repair=False,
+            as_json=True,
         )
     return clean, json.loads(out.getvalue())
 
@@ -524,9 +530,12 @@ def run_fault_scenario(
     workdir: Path,
     name: str | None = None,
     table_format: str = "parquet",
+    sink_root: str | None = None,
 ) -> FaultReport:
     """Run one scenario (see the module doc) in `workdir` with a `table_format` sink ("parquet", "delta" or
-    "iceberg"; `point` one of `points_for(table_format)`); raises AssertionError if the fault never hit."""
+    "iceberg"; `point` one of `points_for(table_format)`) at `sink_root` (default `<workdir>/lake`; an `s3://`
+    root: the AWS variables of this process reach it, an Iceberg catalog is a SQLite file in `workdir`); raises
+    AssertionError if the fault never hit."""
     label = fault_point(point, table_format).label
     kind = "coop" if assignor.startswith("cooperative") else "eager"
     sink = "" if table_format == "parquet" else f"{table_format}-"
@@ -540,13 +549,14 @@ def run_fault_scenario(
         bootstrap=bootstrap,
         group=f"fault-{name}",
         topic=topic,
-        sink=str(workdir / "lake"),
+        sink=sink_root or str(workdir / "lake"),
         store_url=f"sqlite:///{workdir / 'cohort.db'}",
         dagster_home=str(workdir / "dagster"),
         assignor=assignor,
         point=point,
         marker=str(workdir / "killed.json"),
         table_format=table_format,
+        iceberg_catalog=f"sqlite:///{workdir / 'catalog.sqlite'}" if sink_root and table_format == "iceberg" else None,
     )
     run = _ScenarioRun(scenario, workdir)
     try:

@@ -26,6 +26,7 @@ __all__ = [
     "FaultOutcome",
     "audit_delivery",
     "duckdb_table_offsets",
+    "object_offsets",
     "sink_offsets",
     "table_offsets",
 ]
@@ -42,10 +43,12 @@ class DeliveryAudit:
     duplicated: int
     problems: tuple[str, ...]
     reader: str = "spark"
-    """What read the outputs: "spark" (Parquet) or the table format's own reader ("deltalake", "pyiceberg")."""
+    """What read the outputs: "spark" (Parquet), "pyarrow" (Parquet on an object store), or the table format's own
+    reader ("deltalake", "pyiceberg")."""
     duckdb_lost: int | None = None
     duckdb_duplicated: int | None = None
-    """A table sink's lost and duplicated counted again with the sink table's rows as DuckDB reads them."""
+    """A table sink's (or an object store's Parquet sink's) lost and duplicated counted again with the sink's rows as
+    DuckDB reads them."""
 
     @property
     def ok(self) -> bool:
@@ -83,9 +86,40 @@ class FaultOutcome:
         )
 
 
+def object_offsets(root: str, *, duckdb: bool = False) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row under a Parquet root on an object store (`s3://`), as
+    pyarrow.dataset reads it (skipping names that start with _ or .), or with `duckdb` as DuckDB counts them scanning
+    that dataset (DuckDB's own S3 reader is an extension it downloads); none if empty."""
+    import pyarrow.dataset as ds
+
+    from cohort.pipelines.tasks.writer import arrow_filesystem
+
+    resolved = arrow_filesystem(root)
+    assert resolved is not None, root
+    try:
+        dataset = ds.dataset(resolved[1], filesystem=resolved[0], format="parquet", partitioning="hive")
+    except FileNotFoundError:
+        return []
+    if not dataset.files:
+        return []
+    if duckdb:
+        import duckdb as db
+
+        rows = db.sql("SELECT kafka.topic, kafka.partition, kafka.offset FROM dataset").fetchall()
+        return sorted((str(t), int(p), int(o)) for t, p, o in rows)
+    kafka = dataset.to_table(columns=["kafka"]).column("kafka").to_pylist()
+    return sorted((k["topic"], k["partition"], k["offset"]) for k in kafka)
+
+
 def sink_offsets(spark: Any, path: str) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every row under a Parquet root the pipeline wrote (none if empty)."""
+    """(topic, partition, offset) of every row under a Parquet root the pipeline wrote (none if empty): read with
+    Spark, or with pyarrow on an object store (`object_offsets`: the tests' Spark has no S3 file system)."""
     from pyspark.errors import AnalysisException
+
+    from cohort.pipelines.storage.s3 import is_s3
+
+    if is_s3(path):
+        return object_offsets(path)
 
     try:
         frame = spark.read.parquet(path)
@@ -164,9 +198,13 @@ def audit_delivery(
                 f"DuckDB reads {len(by_duckdb)} rows in the sink table, {reader} {len(sink_rows)}: they differ"
             )
     else:
-        reader = "spark"
+        from cohort.pipelines.storage.s3 import is_s3
+
+        reader = "pyarrow" if is_s3(sink) else "spark"
         quarantine = quarantine or f"{sink.rstrip('/')}/_quarantine"
         sink_rows, quarantine_rows = (sink_offsets(spark, path) for path in (sink, quarantine))
+        if reader == "pyarrow":
+            duckdb_counts = _lost_and_duplicated(object_offsets(sink, duckdb=True) + quarantine_rows, expected)
     rows = sink_rows + quarantine_rows
     total, in_sink = len(rows), len(sink_rows)
     distinct = set(rows)

@@ -82,8 +82,11 @@ def complete_committed(
     for tp, last in sorted(ledger.last_committed([p.tp for p in plan.partitions]).items()):
         if last is None or last.run_id is None:
             continue
+        replay = getattr(last, "note", None) is not None  # on an object store, its deletions may be unfinished
         for layout, count in ((sink, last.records), (quarantine, last.quarantined)):
-            if count and not layout.complete(fs, last.run_id, tp, last.from_offset, last.until_offset, count):
+            if not (count or (replay and fs.object_store(layout.root))):
+                continue
+            if not layout.complete(fs, last.run_id, tp, last.from_offset, last.until_offset, count):
                 warnings[tp] = (
                     f"{tp}: committed range [{last.from_offset}, {last.until_offset}) of run {last.run_id} has no "
                     f"directory under {layout.root} and no staged output left to publish"

@@ -1,5 +1,6 @@
 """The Parquet sink behind a batch, `ParquetSink` (a cohort.pipelines.batch.sink.BatchSink): range directories
-staged by the tasks, marked, committed to the ledger, then moved into place by renames (cohort.pipelines.sink.layout).
+staged by the tasks, marked, committed to the ledger, then moved into place by renames (cohort.pipelines.sink.layout;
+on an object store, one copy of one object per range: cohort.pipelines.sink.object_publish).
 
 Its commit is a small state machine (`Step`) because the ledger commit comes before the publish: the staged output
 is kept only while the ledger may hold its commit and it is not in place yet (a commit under way, or one that
@@ -22,6 +23,7 @@ from cohort.pipelines.batch.stage import sink_file_system, timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
 from cohort.pipelines.sink.layout import SinkFs, SinkLayout, SinkTarget
+from cohort.pipelines.storage.preflight import probe_root
 
 __all__ = ["ParquetSink", "Step"]
 
@@ -55,8 +57,11 @@ class ParquetSink:
     @classmethod
     def open(cls, spark: Any, target: SinkTarget, attempt: str, stages: dict[str, float]) -> ParquetSink:
         """The target's sink and quarantine roots, moved with pyarrow when it reaches both, else Hadoop's
-        FileSystem."""
+        FileSystem; an object-store root is probed first (cohort.pipelines.storage.preflight: ObjectStoreError)."""
         sink, quarantine = SinkLayout(target.sink_root), SinkLayout(target.quarantine_root)
+        with timed(stages, "preflight"):
+            for layout in (sink, quarantine):  # an object store's root answers, or the batch fails here
+                probe_root(layout.root, write=True)
         return cls(sink, quarantine, sink_file_system(spark, sink, quarantine), attempt, stages)
 
     def reconcile(self, ledger: OffsetLedger, partitions: Sequence[TopicPartition]) -> tuple[AdoptedRange, ...]:

@@ -26,7 +26,8 @@ Guarantees (docs/guarantees.md), told for the Parquet sink:
   write the quarantine themselves and hand the valid rows to the JVM as Arrow batches, and Spark applies the
   transform and writes the sink in the same job (nothing cached, read or decoded twice). With a codec or a root
   only Spark writes, the checked rows are persisted and Spark writes both outputs from them;
-- outputs are written to staging, counted from the staged Parquet footers, and checked per range:
+- outputs are written to staging, counted from the staged files (the digest's read of them, else their Parquet
+  footers: cohort.pipelines.batch.stage), and checked per range:
   consumed == written + quarantined (with a transform: its rows by offset, cohort.pipelines.sink.counts),
   else CountMismatchError and nothing is published or committed; a batch
   past the spec's quarantine limit fails there too (QuarantineLimitError, cohort.pipelines.sink.quarantine_limit);

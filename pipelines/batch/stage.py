@@ -1,5 +1,6 @@
-"""Staging a batch's output: the reading tasks' Spark job (or Spark's writes), the staged files counted from their
-footers and digested, the counts checked and the quarantine's limit applied (cohort.pipelines.batch.run's steps)."""
+"""Staging a batch's output: the reading tasks' Spark job (or Spark's writes), the staged files digested and
+counted (in the digest's read, else from their footers), the counts checked and the quarantine's limit applied
+(cohort.pipelines.batch.run's steps)."""
 
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def stage_outputs(
 ) -> tuple[Stats, dict[TopicPartition, StagedCounts], dict[TopicPartition, OutputCheck]]:
     """Read, decode and validate the plan's spans once, write both outputs to staging, digest each range's
     staged output against what the sink `held` (sink, quarantine) holds (cohort.pipelines.replay.check), count
-    the outputs from the staged footers (with a transform, its rows by offset too, from the digest's read), check
+    the staged outputs' rows in the digest's read (`_staged_rows`; with a transform, its rows by offset too), check
     the counts and the quarantine limit; returns (consumed stats, each range's counts, each range's check)."""
     if not plan.spans:
         with timed(stages, "verify"):
@@ -168,14 +169,7 @@ def stage_outputs(
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with timed(stages, "verify"):
         checks = check_outputs(fs, *held, attempt, plan)
-        written = {
-            p.tp: fs.parquet_record_count(sink.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
-            for p in plan.to_read
-        }
-        quarantined = {
-            p.tp: fs.parquet_record_count(quarantine.staged_range_dir(attempt, p.tp.topic, p.tp.partition))
-            for p in plan.to_read
-        }
+        written, quarantined = _staged_rows(fs, sink, quarantine, attempt, plan, checks)
         shapes = None
         if spec.reshapes:
             shapes = {p.tp: _shape(fs, checks.get(p.tp), sink.staged_range_dir(attempt, *p.tp)) for p in plan.to_read}
@@ -183,6 +177,29 @@ def stage_outputs(
     shares = {tp: (c.quarantined, stats.get(tp, (0, 0, 0.0))[0]) for tp, c in counts.items()}
     refuse_over_limit(spark, spec.quarantine_rule, shares, lambda tp: quarantine.staged_range_dir(attempt, *tp))
     return stats, counts, checks
+
+
+def _staged_rows(
+    fs: SinkFs,
+    sink: SinkLayout,
+    quarantine: SinkLayout,
+    attempt: str,
+    plan: BatchPlan,
+    checks: Mapping[TopicPartition, OutputCheck],
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Each range's staged (sink, quarantine) rows, counted from the staged files: in the digest's read of them
+    when there was one (its rows, not its footers: the same figure, without reading every footer again, which on an
+    object store is round trips per file), else from their footers."""
+    written: dict[TopicPartition, int] = {}
+    quarantined: dict[TopicPartition, int] = {}
+    for p in plan.to_read:
+        check = checks.get(p.tp)
+        if check is not None and check.staged_rows is not None:
+            written[p.tp], quarantined[p.tp] = check.staged_rows
+        else:
+            written[p.tp] = fs.parquet_record_count(sink.staged_range_dir(attempt, *p.tp))
+            quarantined[p.tp] = fs.parquet_record_count(quarantine.staged_range_dir(attempt, *p.tp))
+    return written, quarantined
 
 
 def _shape(fs: SinkFs, check: OutputCheck | None, staged: str) -> OutputShape:

@@ -10,7 +10,8 @@ The reading, decoding, validation and counting are those of the Parquet sink: th
    rolls back a quarantine commit whose sink commit never landed.
 2. After the counts check, the batch asks the ledger whether it still owns its partitions (an empty commit:
    fenced like a commit, it records nothing), so a member the coordinator already fenced never reaches a table.
-3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`,
+3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`
+   (on an object store: each file copied there, the staged copies deleted with the staging area),
    invisible to readers until a commit references it. A replay removes the files holding the offsets it re-read
    (those it cuts are rewritten without them) in the same commit.
 4. The quarantine table commits (when the batch quarantined or replaced something there), then the sink table:
@@ -27,6 +28,7 @@ adopts or rolls it back) and deletes those of the others; the staging areas alwa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,8 @@ from cohort.pipelines.batch.stage import timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
 from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout
+from cohort.pipelines.storage.moves import copy_files, is_object_store
+from cohort.pipelines.storage.preflight import probe_root
 from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair, reconcile_tables
 from cohort.pipelines.tables.store import (
@@ -60,6 +64,9 @@ from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 
 __all__ = ["TableSink"]
+
+_PLACERS = 8
+"""Partitions placed at once on a local disk, files copied at once on an object store (I/O bound)."""
 
 
 def _confirm_ownership(ledger: OffsetLedger, plan: BatchPlan) -> None:
@@ -106,17 +113,48 @@ def _new_files(fs: Any, table: TableStore, directory: str) -> list[NewFile]:
 
 
 def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[NewFile]:
-    """Move each partition's staged output into its data directory; the files there."""
-    added = []
-    for p in plan.partitions:
-        if not p.must_commit or not output.counts.get(p.tp):
-            continue
-        staged = output.layout.staged_range_dir(attempt, p.tp.topic, p.tp.partition)
-        directory = data_dir(p.tp, p.from_offset, p.until_offset, attempt)
+    """Move each partition's staged output into its data directory; the files there. On a local disk, one rename
+    per partition, the partitions side by side (_PLACERS threads); on an object store, one copy per file, every file
+    side by side (`_copy_into_place`)."""
+    placed = [p for p in plan.partitions if p.must_commit and output.counts.get(p.tp)]
+    directories = {
+        output.layout.staged_range_dir(attempt, *p.tp): data_dir(p.tp, p.from_offset, p.until_offset, attempt)
+        for p in placed
+    }
+    resolved = arrow_filesystem(output.table.root)
+    if resolved is not None and is_object_store(resolved[0]):
+        return _copy_into_place(resolved[0], output.table, directories)
+
+    def place(staged: str) -> list[NewFile]:
+        directory = directories[staged]
         if not fs.exists(_abs(output.table, directory)):
             fs.rename(staged, _abs(output.table, directory))
-        added.extend(_new_files(fs, output.table, directory))
-    return added
+        return _new_files(fs, output.table, directory)
+
+    if len(directories) <= 1:
+        return [f for staged in directories for f in place(staged)]
+    with ThreadPoolExecutor(min(_PLACERS, len(directories)), thread_name_prefix="cohort-place") as pool:
+        return [f for files in pool.map(place, directories) for f in files]
+
+
+def _copy_into_place(filesystem: Any, table: TableStore, directories: Mapping[str, str]) -> list[NewFile]:
+    """Copy the staged files into their data directories (staged URI -> directory relative to the table) on an
+    object store: one listing of the attempt's staging, then one copy per file, all side by side; the rows and
+    schema of each from its footer, read on the way (cohort.pipelines.storage.moves). The staged copies go with
+    the batch's staging area, in bulk."""
+    paths = {_path(staged): _path(_abs(table, directory)) for staged, directory in directories.items()}
+    relative = {_path(_abs(table, directory)): directory for directory in directories.values()}
+    return [
+        NewFile(f"{relative[f.target]}/{f.name}", f.size, f.rows, f.schema)
+        for f in copy_files(filesystem, paths, workers=_PLACERS)
+    ]
+
+
+def _path(uri: str) -> str:
+    """The path of `uri` within its pyarrow file system."""
+    resolved = arrow_filesystem(uri)
+    assert resolved is not None
+    return resolved[1]
 
 
 def _replaced(
@@ -271,14 +309,19 @@ class TableSink:
 
     @classmethod
     def open(cls, target: TableTarget, owner: Owner, attempt: str, stages: dict[str, float]) -> TableSink:
-        """The target's tables for `attempt`, committed to by `owner`; SinkError for a root pyarrow cannot reach.
-        Creates the default Iceberg catalog's directory (a SQLite file at the sink's root)."""
+        """The target's tables for `attempt`, committed to by `owner`; SinkError for a root pyarrow cannot reach,
+        ObjectStoreError for an object-store root the batch cannot list, write or delete under (probed before
+        anything commits: cohort.pipelines.storage.preflight). Creates the default Iceberg catalog's directory (a
+        SQLite file at the sink's root)."""
         tables = table_batch.open_tables(target)  # through its module: the tests and the fault harness replace it
         for table in tables.both():
             if arrow_filesystem(table.root) is None:
                 raise SinkError(
                     f"a {target.table_format} sink needs a root pyarrow reaches (a local path or URI): {table.root}"
                 )
+        with timed(stages, "probe"):
+            for root in sorted({target.sink_root, target.quarantine_root}):
+                probe_root(root, write=True)
         fs = ArrowFs()
         if target.default_catalog:
             fs.make_dirs(target.sink_root)  # the default catalog is a SQLite file there

@@ -44,6 +44,9 @@ class OutputCheck:
     shape: OutputShape | None = None
     """The staged sink rows by their offsets (read with the digest's rows, so a transform's rows are counted
     without reading the files again)."""
+    staged_rows: tuple[int, int] | None = None
+    """The rows of the staged sink and quarantine files, counted in the digest's read of them (so the counts check
+    need not read their footers again: on an object store, round trips per file)."""
 
     @property
     def note(self) -> str | None:
@@ -102,12 +105,13 @@ def _check(
     new = digest(staged[0], staged[1], lo, hi)
     offsets = [chunk for t in staged[0] for chunk in pc.struct_field(t.column("kafka"), "offset").chunks]
     shape = OutputShape.of(pa.chunked_array(offsets, pa.int64()))
+    rows = (sum(t.num_rows for t in staged[0]), sum(t.num_rows for t in staged[1]))
     if not (held[0] or held[1]):
-        return OutputCheck(new, shape=shape)
+        return OutputCheck(new, shape=shape, staged_rows=rows)
     window = (lo, min(hi, max(y for dirs in held for _x, y, _path in dirs)))
     old = [_tables([path for _x, _y, path in dirs]) for dirs in held]
     changed = digest(staged[0], staged[1], *window) != digest(old[0], old[1], *window)
-    return OutputCheck(new, window, changed, shape)
+    return OutputCheck(new, window, changed, shape, rows)
 
 
 def refuse_changed(checks: Mapping[TopicPartition, OutputCheck]) -> None:

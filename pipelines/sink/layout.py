@@ -22,25 +22,40 @@ only `_staging`, which readers ignore (names starting with `_`). The staging are
 its clean-up is deleted later, once nothing can need it (cohort.pipelines.sink.staging_gc decides, staging_collect
 lists and deletes).
 
+On an object store (`s3://`), which has no rename, each range directory holds one data file, copied into place
+after its markers (cohort.pipelines.sink.object_publish): `prepare`, `publish` and `complete` hand over to it there.
+
 Topic names are validated (cohort.common.names) before they reach a path; partitions must be ints >= 0.
 """
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cohort.common.names import validate_topic_name
 from cohort.common.types import TopicPartition
+from cohort.pipelines.sink.names import (
+    MARKER_PREFIX,
+    RANGE_PREFIX,
+    STAGING,
+    SinkError,
+    attempt_id,
+    attempt_run_tag,
+    parse_range_dir,
+    range_dir_name,
+    run_tag,
+)
 from cohort.pipelines.tasks.spans import validate_partition
 
 if TYPE_CHECKING:
     from cohort.pipelines.sink.counts import OutputShape
 
 __all__ = [
+    "MARKER_PREFIX",
+    "RANGE_PREFIX",
+    "STAGING",
     "HadoopFs",
     "SinkError",
     "SinkFs",
@@ -51,13 +66,9 @@ __all__ = [
     "attempt_run_tag",
     "default_quarantine_root",
     "parse_range_dir",
+    "range_dir_name",
     "run_tag",
 ]
-
-STAGING = "_staging"
-MARKER_PREFIX = "_cohort_attempt="
-RANGE_PREFIX = "_cohort_range="
-_RUN_TAG_LENGTH = 24
 
 
 def default_quarantine_root(sink_path: str) -> str:
@@ -73,47 +84,6 @@ class SinkTarget:
     sink_root: str
     quarantine_root: str
     table_format: str = "parquet"
-
-
-def run_tag(run_id: str) -> str:
-    """The hex digest that starts the attempt ids of run `run_id`: how a later batch finds the run's staging."""
-    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:_RUN_TAG_LENGTH]
-
-
-def attempt_id(run_id: str) -> str:
-    """A fresh batch attempt id of run `run_id` (alphanumeric: it is a path segment)."""
-    return run_tag(run_id) + uuid.uuid4().hex
-
-
-def attempt_run_tag(name: str) -> str | None:
-    """The run tag an attempt id starts with, None for a name `attempt_id` cannot have made (something else
-    under `_staging`, left alone by the staging clean-up)."""
-    if len(name) != _RUN_TAG_LENGTH + 32 or any(c not in "0123456789abcdef" for c in name):
-        return None
-    return name[:_RUN_TAG_LENGTH]
-
-
-class SinkError(RuntimeError):
-    """A sink operation failed: a rename or delete was refused, or the layout holds something unexpected."""
-
-
-def range_dir_name(topic: str, partition: int, from_offset: int, until_offset: int) -> str:
-    """`<topic>-<partition>-<from>-<until>.parquet`, after checking every part is safe in a path."""
-    validate_topic_name(topic)
-    validate_partition(topic, partition)
-    if from_offset < 0 or until_offset < from_offset:
-        raise ValueError(f"invalid offset range [{from_offset}, {until_offset}) for {topic}-{partition}")
-    return f"{topic}-{partition}-{from_offset}-{until_offset}.parquet"
-
-
-def parse_range_dir(name: str) -> tuple[str, int, int, int] | None:
-    """(topic, partition, from, until) from a range directory name, None if it is not one."""
-    if not name.endswith(".parquet"):
-        return None
-    parts = name[: -len(".parquet")].rsplit("-", 3)
-    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
-        return None
-    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
 
 
 @dataclass(frozen=True, order=True)
@@ -144,6 +114,9 @@ class SinkFs(Protocol):
     def write_offset_slice(
         self, source: str, target: str, from_offset: int, until_offset: int, *, name: str
     ) -> int: ...
+    def object_store(self, uri: str) -> bool: ...
+    def copy_file(self, source: str, target: str) -> None: ...
+    def merge_parquet(self, sources: list[str], target: str, offsets: tuple[int, int] | None = None) -> int: ...
 
 
 class HadoopFs:
@@ -234,6 +207,16 @@ class HadoopFs:
 
     def write_offset_slice(self, source: str, target: str, from_offset: int, until_offset: int, *, name: str) -> int:
         raise SinkError(f"cannot rewrite {source} through Hadoop's FileSystem")
+
+    def object_store(self, uri: str) -> bool:
+        """Roots only Hadoop reaches publish by directory renames (not atomic on `s3a://`: docs/guarantees.md)."""
+        return False
+
+    def copy_file(self, source: str, target: str) -> None:
+        raise SinkError(f"cannot copy {source} through Hadoop's FileSystem")
+
+    def merge_parquet(self, sources: list[str], target: str, offsets: tuple[int, int] | None = None) -> int:
+        raise SinkError(f"cannot rewrite {target} through Hadoop's FileSystem")
 
     def offset_shape(self, uri: str) -> OutputShape:
         """The rows of the Parquet files under `uri` by their `kafka.offset` (one aggregation job on Spark)."""
@@ -326,16 +309,24 @@ class SinkLayout:
         batch can publish it if this one dies after its commit (`complete`). A range that would replace
         output the sink holds (a replay) is refused here, before anything is committed, where the sink's
         file system cannot swap directories atomically."""
+        objects = fs.object_store(self.root)
+        replays = set()
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
-            if self.overlapped(fs, attempt, tp, from_offset, until_offset) and not fs.can_swap(self.root):
-                raise SinkError(
-                    f"{tp}: offsets [{from_offset}, {until_offset}) are already in the sink at {self.root}, and "
-                    "replacing them atomically needs a local file system that can swap directories (Linux "
-                    "renameat2); replay into a local sink root"
-                )
+            if self.overlapped(fs, attempt, tp, from_offset, until_offset):
+                replays.add(tp)
+                if not (objects or fs.can_swap(self.root)):
+                    raise SinkError(
+                        f"{tp}: offsets [{from_offset}, {until_offset}) are already in the sink at {self.root}, and "
+                        "replacing them atomically needs a local file system that can swap directories (Linux "
+                        "renameat2) or an object store (s3://); replay into such a sink root"
+                    )
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
             staged = self.staged_range_dir(attempt, tp.topic, tp.partition)
-            if fs.exists(staged):
+            if objects and fs.exists(staged):  # one data object per range (cohort.pipelines.sink.object_publish)
+                from cohort.pipelines.sink.object_publish import single_object
+
+                single_object(fs, staged, from_offset, until_offset)
+            if fs.exists(staged) or (objects and tp in replays):  # a replay's deletions need marks here too
                 fs.touch(f"{staged}/{MARKER_PREFIX}{attempt}")
                 fs.touch(f"{staged}/{RANGE_PREFIX}{from_offset}-{until_offset}")
 
@@ -344,8 +335,14 @@ class SinkLayout:
 
         A range whose offsets the sink holds already (a replay) replaces them in one step (`_replace`). A
         partition whose staging directory is missing (no rows of that kind, or another batch published this
-        attempt's range already) gets no new directory.
+        attempt's range already) gets no new directory. On an object store each range is one object, copied
+        into place after its markers (cohort.pipelines.sink.object_publish).
         """
+        if fs.object_store(self.root):
+            from cohort.pipelines.sink.object_publish import publish
+
+            yield from publish(fs, self, attempt, ranges)
+            return
         for tp, (from_offset, until_offset) in sorted(ranges.items()):
             target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
             marker = f"{MARKER_PREFIX}{attempt}"
@@ -407,6 +404,10 @@ class SinkLayout:
         """Publish committed range [from, until) of `tp`, holding `rows` rows here, from the staging of run
         `run_id` if its directory is not in place (the run died between its commit and its publish); True
         when the directory is in place. A staged range whose row count differs is left alone."""
+        if fs.object_store(self.root):
+            from cohort.pipelines.sink.object_publish import complete_range
+
+            return complete_range(fs, self, run_id, tp, (from_offset, until_offset), rows)
         target = self.range_dir(tp.topic, tp.partition, from_offset, until_offset)
         tag, marker = run_tag(run_id), f"{RANGE_PREFIX}{from_offset}-{until_offset}"
         if any(name.startswith(f"{MARKER_PREFIX}{tag}") for name in fs.list_names(target)):

@@ -26,6 +26,7 @@ from cohort.pipelines.tables.store import (
     TableConflictError,
     TableStore,
     data_dir,
+    in_parallel,
     parse_data_path,
 )
 from cohort.pipelines.tables.target import TableTarget
@@ -137,7 +138,8 @@ def _apply(
     quarantine_marks: Mapping[TopicPartition, PartitionMark],
 ) -> None:
     """Quarantine roll-backs and fences, sink fences, the ledger adoptions (each one atomic step), then the sweep of
-    data directories no commit references (after the fences: no zombie can commit them any more)."""
+    data directories no commit references (after the fences: no zombie can commit them any more), the partitions of
+    both tables side by side."""
     rolled = {tp: d.roll_back_from for tp, d in decisions.items() if d.roll_back_from is not None}
     touched = sorted({tp for tp, d in decisions.items() if d.fence_quarantine} | set(rolled))
     after = dict(quarantine_marks)
@@ -163,9 +165,12 @@ def _apply(
         if ranges:
             ledger.commit(ranges, run_id=run)
     fs = ArrowFs()
-    for table, marks in ((tables.quarantine, after), (tables.sink, sink_marks)):
-        for tp in sorted(decisions):
-            sweep(fs, table, tp, marks.get(tp, PartitionMark()))
+    swept = [
+        (table, tp, marks.get(tp, PartitionMark()))
+        for table, marks in ((tables.quarantine, after), (tables.sink, sink_marks))
+        for tp in sorted(decisions)
+    ]
+    in_parallel(lambda job: sweep(fs, *job), swept)  # side by side: on an object store, each is a few listings
 
 
 def orphan_dirs(fs: SinkFs, table: TableStore, tp: TopicPartition, mark: PartitionMark) -> list[str]:

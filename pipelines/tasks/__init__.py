@@ -1,9 +1,9 @@
 """What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else.
 
 `EXECUTOR_MODULES` names every module of Cohort a reading task may import, here and in the other rooms whose code
-runs in the tasks (formats/, sink/layout): the worker daemon preloads from it (cohort.pipelines.tasks.python_daemon),
-tests/packaging/test_lean_imports.py holds each to light imports, and docs/architecture.md lists them (a test
-compares). Importing this package imports nothing else.
+runs in the tasks (formats/, sink/layout, storage/moves): the worker daemon preloads from it
+(cohort.pipelines.tasks.python_daemon), tests/packaging/test_lean_imports.py holds each to light imports, and
+docs/architecture.md lists them (a test compares). Importing this package imports nothing else.
 """
 
 EXECUTOR_MODULES: tuple[str, ...] = (
@@ -35,6 +35,8 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.pipelines.formats.avro.match",
     "cohort.pipelines.formats.avro.schema",
     "cohort.pipelines.sink.layout",
+    "cohort.pipelines.sink.names",
+    "cohort.pipelines.storage.moves",
 )
 """The modules a reading task may import: the read, decoding (the Schema Registry's formats too: their clients
 load only when a task decodes such a record), the checks, the Parquet writers and the staging layout."""

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from cohort.pipelines.formats.decode import RAW_VALUE_COLUMN, REASON_COLUMN
 from cohort.pipelines.sink.layout import SinkError, SinkLayout
+from cohort.pipelines.storage.moves import is_object_store
 from cohort.pipelines.tasks.arrow_transform import ArrowTransform, apply_arrow_transform
 from cohort.pipelines.tasks.checked import RecordChecker
 from cohort.pipelines.tasks.reader import OffsetSpan
@@ -280,10 +281,54 @@ class ArrowFs:
         """The rows of range directory `source` with offsets in [from, until) as `target/name`; their count."""
         a, b = self._local(source), self._local(target)
         if a is None or b is None:
+            if self.object_store(source) and self.object_store(target):
+                return self.merge_parquet(self._data_files(source), f"{target}/{name}", (from_offset, until_offset))
             raise SinkError(f"cannot rewrite {source}: not on a local file system")
         from cohort.pipelines.sink.swap import write_offset_slice
 
         return write_offset_slice(a, b, from_offset, until_offset, name=name)
+
+    def object_store(self, uri: str) -> bool:
+        """Whether `uri` is on an object store (S3, GCS), where a rename is a copy and a delete: ranges are then
+        published one object each (cohort.pipelines.sink.object_publish)."""
+        return is_object_store(self._resolve(uri)[0])
+
+    def copy_file(self, source: str, target: str) -> None:
+        """Copy one file (on an object store: one server-side copy; the target appears whole or not at all)."""
+        fs, src = self._resolve(source)
+        fs.copy_file(src, self._resolve(target)[1])
+
+    def _data_files(self, uri: str) -> list[str]:
+        return [f"{uri}/{n}" for n in self.list_names(uri) if n.endswith(".parquet") and n[0] not in "_."]
+
+    def merge_parquet(self, sources: list[str], target: str, offsets: tuple[int, int] | None = None) -> int:
+        """Write the rows of Parquet files `sources` (those with `kafka.offset` in `offsets`, when given) as one
+        file `target`, with the first source's codec; the rows written (no file when none). On an object store the
+        file appears only when complete (one upload)."""
+        import pyarrow.compute as pc
+
+        if not sources:
+            return 0
+        fs, _ = self._resolve(sources[0])
+        paths = [self._resolve(s)[1] for s in sources]
+        tables = [pq.read_table(path, filesystem=fs) for path in paths]
+        table = pa.concat_tables(tables, promote_options="default")
+        if offsets is not None:
+            offset = pc.field("kafka", "offset")
+            table = table.filter((offset >= offsets[0]) & (offset < offsets[1]))
+        if table.num_rows == 0:
+            return 0
+        with fs.open_input_file(paths[0]) as handle:
+            metadata = pq.ParquetFile(handle).metadata
+        codec = metadata.row_group(0).column(0).compression.lower() if metadata.num_row_groups else "snappy"
+        pq.write_table(
+            table,
+            self._resolve(target)[1],
+            filesystem=fs,
+            compression=arrow_compression(codec) or "none",
+            use_dictionary=dictionary_columns(table.schema),  # type: ignore[arg-type]  # (stubs: bool only)
+        )
+        return table.num_rows
 
     def offset_shape(self, uri: str) -> OutputShape:
         """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read).

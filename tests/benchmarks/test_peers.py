@@ -92,4 +92,6 @@ def test_the_smoke_run_lands_the_same_rows_everywhere_and_prints_the_headlines()
     assert report["same_rows"] is True
     assert (report["json_records"], report["avro_records"]) == (4000, 2000)
     assert all(report[key] > 0 for key in HEADLINES - {"same_rows"}), report
-    assert {"spark", "cohort"} <= set(report["stages"]), report
+    for fmt in ("json", "avro"):
+        assert set(report["stages"][fmt]) == {"spark", "cohort"}, report
+        assert set(report["stages"][fmt]["spark"]) == {"read", "decode", "write"}, report

@@ -46,6 +46,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "pipelines/tables": _ABOVE_THE_ROOMS,
     "pipelines/kafka": _ABOVE_THE_ROOMS,
     "pipelines/replay": _ABOVE_THE_ROOMS,
+    "pipelines/storage": (*_DRIVER_ROOMS, *_ABOVE_THE_ROOMS, "cohort.pipelines.sink", "cohort.pipelines.tasks"),
     "assignment/protocol": ("sqlalchemy", "cohort.assignment.store", "cohort.assignment.coordinator",
                             "cohort.assignment.member"),
     "cohort/runtime": ("cohort.resources", "cohort.assets", "cohort.airflow", "dagster", "airflow"),

@@ -69,6 +69,7 @@ from cohort.pipelines.tables.store import (
     TableCommit,
     TableConflictError,
     compare_and_set,
+    in_parallel,
     mark_key,
     parse_data_path,
     removes_gone,
@@ -305,9 +306,10 @@ class DeltaTableStore:
         return remove_actions(actions, removes)
 
     def _add_actions(self, files: Sequence[NewFile]) -> list[AddAction]:
-        """The `add` of each file the batch wrote, each checked through delta-rs's own object store first."""
+        """The `add` of each file the batch wrote, each checked through delta-rs's own object store first (the
+        files side by side: on an object store each check is a few requests)."""
         if not files:
             return []
         handler = self._guard("reach", lambda: DeltaStorageHandler(self.root, self._options))
         filesystem = pafs.PyFileSystem(handler)  # delta-rs's own object store: reaches what the table reaches
-        return [checked_add_action(self.root, filesystem, new) for new in files]
+        return in_parallel(lambda new: checked_add_action(self.root, filesystem, new), files)

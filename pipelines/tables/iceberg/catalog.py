@@ -12,7 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-__all__ = ["ReusingSqlCatalog", "create_catalog_tables"]
+from cohort.pipelines.storage.s3 import S3Settings, is_s3
+
+__all__ = ["ReusingSqlCatalog", "create_catalog_tables", "file_io_properties"]
 
 
 _CATALOG_CREATE_ATTEMPTS = 8
@@ -65,3 +67,10 @@ def create_catalog_tables(catalog: SqlCatalog) -> None:
             if attempt + 1 == _CATALOG_CREATE_ATTEMPTS:
                 raise
             time.sleep(random.uniform(0, 0.05 * 2**attempt))  # another creator was first: look again
+
+
+def file_io_properties(root: str) -> dict[str, str]:
+    """The catalog properties pyiceberg's file IO needs to reach a table at `root`: for an S3 root, the endpoint,
+    region and keys of the environment (`s3.endpoint`, `s3.access-key-id`, ...: pyiceberg reads no AWS variable
+    itself); none for other roots."""
+    return S3Settings.from_environ().iceberg_properties() if is_s3(root) else {}

@@ -48,7 +48,7 @@ from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy.exc import ArgumentError, IntegrityError
 
 from cohort.common.types import TopicPartition
-from cohort.pipelines.tables.iceberg.catalog import ReusingSqlCatalog, create_catalog_tables
+from cohort.pipelines.tables.iceberg.catalog import ReusingSqlCatalog, create_catalog_tables, file_io_properties
 from cohort.pipelines.tables.iceberg.errors import catalog_errors, first_line, schema_mismatch
 from cohort.pipelines.tables.iceberg.files import (
     check_files_exist,
@@ -81,6 +81,7 @@ from cohort.pipelines.tables.store import (
     TableConflictError,
     TableSchemaError,
     compare_and_set,
+    in_parallel,
     mark_key,
     parse_data_path,
     removes_gone,
@@ -292,7 +293,7 @@ class IcebergTableStore:
             mapping = metadata.schema().name_mapping.model_dump_json()
             tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
             metadata = tx.table_metadata
-        added = [self._data_file(table, metadata, new) for new in change.adds]
+        added = in_parallel(lambda new: self._data_file(table, metadata, new), change.adds)  # each reads a footer
         summary = {}
         if change.batch is not None:
             summary[BATCH_SUMMARY_KEY] = compact_json({"group": change.owner.group, **change.batch.to_json()})
@@ -334,6 +335,7 @@ class IcebergTableStore:
                     warehouse=self.root,
                     pool_pre_ping="true",
                     init_catalog_tables="false",  # created below, where concurrent creators are expected
+                    **file_io_properties(self.root),
                 )
             except ArgumentError:
                 raise ValueError(f"{self}: the catalog URL is not a SQLAlchemy URL") from None
