@@ -5,8 +5,11 @@ When the batch has no user transform and pyarrow can write to the sink's file sy
 `<root>/_staging/<attempt>/topic=<t>/partition=<p>/part-<from>-<until>.parquet`, the same staging layout a
 Spark write produces; publishing, counting and committing are unchanged (cohort.pipelines.sink.layout,
 cohort.pipelines.batch.run).
-No record crosses into the JVM. A file appears under its final name only when complete (written under a
-hidden temporary name, then moved), so a task that dies mid-write leaves nothing a count or a reader sees.
+No record crosses into the JVM. A file appears under its final name only when complete, so a task that dies
+mid-write leaves nothing a count or a reader sees: on a local disk (or HDFS) it is written under a hidden temporary
+name, then moved; on an object store, where an upload appears whole or not at all and a move is a copy of every
+byte, it is uploaded straight to its final name once complete (`_Spool`: kept in memory, one upload at the commit;
+a file that outgrows `SPOOL_BYTES` goes the temporary way), and no directory marker is made.
 """
 
 from __future__ import annotations
@@ -31,7 +34,19 @@ from cohort.pipelines.tasks.reader import OffsetSpan
 if TYPE_CHECKING:
     from cohort.pipelines.sink.counts import OutputShape
 
-__all__ = ["ArrowFs", "ArrowStagedWriter", "SpanFile", "arrow_compression", "arrow_filesystem", "span_file_name"]
+__all__ = [
+    "SPOOL_BYTES",
+    "ArrowFs",
+    "ArrowStagedWriter",
+    "SpanFile",
+    "arrow_compression",
+    "arrow_filesystem",
+    "span_file_name",
+]
+
+SPOOL_BYTES = 64 << 20
+"""The largest staged file kept in memory on an object store before its one upload (a larger one is uploaded as a
+temporary object while it is written, then copied to its name): a task's memory stays bounded."""
 
 ArrowCodec = Literal["snappy", "gzip", "zstd", "lz4", "none"]
 """A Parquet codec name pyarrow's writer takes (and the tasks may write)."""
@@ -145,6 +160,54 @@ def span_file_name(span: OffsetSpan) -> str:
     return f"part-{span.from_offset}-{span.until_offset}"
 
 
+class _Spool:
+    """The bytes of one file on an object store: in memory until `commit` uploads them to `final` in one upload (an
+    object appears only then, whole), or, past `SPOOL_BYTES`, streamed to `temporary` and copied to `final` at the
+    commit. A file abandoned before its commit leaves nothing at `final`."""
+
+    def __init__(self, fs: pafs.FileSystem, final: str, temporary: str) -> None:
+        self._fs, self._final, self._temporary = fs, final, temporary
+        self._memory: pa.BufferOutputStream | None = pa.BufferOutputStream()
+        self._stream: Any = None
+        self._size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        size = len(memoryview(data).cast("B"))
+        if self._memory is not None and self._size + size > SPOOL_BYTES:
+            self._stream = self._fs.open_output_stream(self._temporary)
+            self._stream.write(self._memory.getvalue())
+            self._memory = None
+        (self._memory if self._memory is not None else self._stream).write(data)
+        self._size += size
+        return size
+
+    def tell(self) -> int:
+        return self._size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def commit(self) -> None:
+        """Make the written bytes the object `final`."""
+        if self._memory is not None:
+            with self._fs.open_output_stream(self._final) as out:
+                out.write(self._memory.getvalue())
+        else:
+            self._stream.close()
+            self._fs.move(self._temporary, self._final)
+
+    def abandon(self) -> None:
+        """Drop the bytes: nothing was uploaded to `final` (a temporary object is deleted)."""
+        if self._stream is not None:
+            self._stream.close()
+            self._fs.delete_file(self._temporary)
+        self._memory = self._stream = None
+
+
 class SpanFile:
     """One task's Parquet file `<name>.parquet` in one staging directory, opened on the first row."""
 
@@ -158,6 +221,7 @@ class SpanFile:
         self._temporary = f"{self._dir}/.{self._name}.{uuid.uuid4().hex}.tmp"
         self._compression = compression
         self._writer: Any = None
+        self._spool: _Spool | None = None
 
     def write(self, rows: pa.Table, schema: pa.Schema) -> None:
         if not rows.num_rows:
@@ -168,30 +232,48 @@ class SpanFile:
                 f"every batch): {self._writer.schema} became {schema}"
             )
         if self._writer is None:
-            self._fs.create_dir(self._dir, recursive=True)
-            compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None
-            self._writer = pq.ParquetWriter(
-                self._temporary,
-                schema,
-                filesystem=self._fs,
-                compression=compression,
-                use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]  # (stubs: bool only)
-            )
+            self._writer = self._open(schema)
         self._writer.write_table(rows)
 
+    def _open(self, schema: pa.Schema) -> Any:
+        """The Parquet writer: into a `_Spool` on an object store (no directory to make), else into the temporary
+        file (its directory made first)."""
+        sink: Any = self._temporary
+        if is_object_store(self._fs):
+            sink = self._spool = _Spool(self._fs, f"{self._dir}/{self._name}", self._temporary)
+        else:
+            self._fs.create_dir(self._dir, recursive=True)
+        compression = self._compression or "none"  # None: uncompressed, as pyarrow reads None
+        return pq.ParquetWriter(
+            sink,
+            schema,
+            filesystem=None if self._spool is not None else self._fs,
+            compression=compression,
+            use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]  # (stubs: bool only)
+        )
+
     def commit(self) -> None:
-        """Close the file and move it under its final name (nothing happens when no row was written)."""
+        """Close the file and make it appear under its final name (nothing happens when no row was written)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-            self._fs.move(self._temporary, f"{self._dir}/{self._name}")
+            if self._spool is not None:
+                self._spool.commit()
+                self._spool = None
+            else:
+                self._fs.move(self._temporary, f"{self._dir}/{self._name}")
 
     def abandon(self) -> None:
-        """After a failure: close and delete the temporary file, if any."""
+        """After a failure: close and delete the temporary file, if any (on an object store: drop the spool, so no
+        object of a partial file is ever uploaded under the final name)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-            self._fs.delete_file(self._temporary)
+            if self._spool is not None:
+                self._spool.abandon()
+                self._spool = None
+            else:
+                self._fs.delete_file(self._temporary)
 
 
 class ArrowFs:

@@ -27,6 +27,9 @@ and delta-rs refuses to rebase it over a concurrent commit writing them too, so 
 
 The store keeps the table it loaded last and brings it up to date with `update_incremental` (the log entries
 since): a fresh load reads the last checkpoint again, most of a commit's CPU once the table has one.
+The marks are read from all the version's txns at once (cohort.pipelines.tables.delta.txns: the checkpoint's
+`txn` column and the entries since, once per table version and table id), not app id by app id: delta-rs replays
+the log for each, and a batch reads three marks per partition at each of its steps.
 
 **Retention** (cohort.pipelines.tables.retention): a table this store creates keeps its log `history_s` and removed
 files `keep_s` plus a margin (`delta.logRetentionDuration`, `delta.deletedFileRetentionDuration`); after the commit
@@ -59,6 +62,7 @@ from cohort.pipelines.tables.delta.log import (
     reach_key,
 )
 from cohort.pipelines.tables.delta.stats import parquet_stats
+from cohort.pipelines.tables.delta.txns import LogTxns, read_entry, read_transactions
 from cohort.pipelines.tables.maintenance import compact_files, run_safely, vacuum_delta
 from cohort.pipelines.tables.retention import DEFAULT_RETENTION, TableRetention, delta_configuration, maintenance_due
 from cohort.pipelines.tables.store import (
@@ -115,6 +119,8 @@ class DeltaTableStore:
         self._max_attempts = max_attempts
         self._retention = retention
         self._table: DeltaTable | None = None  # the version loaded last, brought up to date by `_load`
+        self._txns: tuple[tuple[str, int], LogTxns] | None = None  # (table id, version) and its txns, read last
+        self._handler: DeltaStorageHandler | None = None
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -235,9 +241,11 @@ class DeltaTableStore:
         if cached is not None:
             try:
                 cached.update_incremental()
-                return cached
+                if not self._recreated(cached):
+                    return cached
             except (DeltaError, OSError):  # the log moved under it (cleaned up, replaced): load it afresh
-                self._table = None
+                pass
+            self._table = None
         try:
             self._table = DeltaTable(self.root, storage_options=self._options)
             return self._table
@@ -276,17 +284,50 @@ class DeltaTableStore:
     def _marks(
         self, table: DeltaTable, group: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, PartitionMark]:
+        """The marks of `partitions` at the loaded version: from its txns read in one pass (`_transactions`), or
+        app id by app id from delta-rs when that reader does not apply."""
+        txns = self._transactions(table)
+        lookup: Callable[[str], int | None] = txns.get if txns is not None else table.transaction_version
+
         def read() -> dict[TopicPartition, PartitionMark]:
             return {
                 tp: PartitionMark(
-                    table.transaction_version(mark_key(group, tp)),
-                    table.transaction_version(generation_key(group, tp)),
-                    table.transaction_version(reach_key(group, tp)),
+                    lookup(mark_key(group, tp)), lookup(generation_key(group, tp)), lookup(reach_key(group, tp))
                 )
                 for tp in partitions
             }
 
         return self._guard("read the marks of", read)
+
+    def _transactions(self, table: DeltaTable) -> dict[str, int] | None:
+        """Every txn of the loaded version (None: ask delta-rs), read once per table version: kept under the
+        table's id and version, so any new version (a commit, a concurrent writer's) is read afresh, and a log that
+        is another table's (re-created at the same root under the loaded one) is not used. The compare-and-set is
+        unchanged: the commit is based on this version, and delta-rs refuses it if a newer one wrote one of its
+        app ids."""
+        metadata = self._guard("read the metadata of", table.metadata)
+        key = (str(metadata.id), table.version())  # (a UUID string; the stubs say int)
+        if self._txns is not None and self._txns[0] == key:
+            return self._txns[1].txns
+        log = self._guard("read the marks of", lambda: read_transactions(self._fs(), key[1], metadata.configuration))
+        if log is None or log.table_id not in (None, key[0]):
+            return None
+        self._txns = (key, log)
+        return log.txns
+
+    def _recreated(self, table: DeltaTable) -> bool:
+        """Whether the log entry of the loaded version is no longer the one its txns were read from: the table was
+        re-created at the same root (and reached the same version) under the loaded one. One small read; False when
+        this version's txns were not read (`_transactions` then checks the table's id)."""
+        if self._txns is None or self._txns[0][1] != table.version():
+            return False
+        return read_entry(self._fs(), table.version()) != self._txns[1].entry
+
+    def _fs(self) -> pafs.FileSystem:
+        """The table's root through delta-rs's own object store (reaches what the table reaches)."""
+        if self._handler is None:
+            self._handler = self._guard("reach", lambda: DeltaStorageHandler(self.root, self._options))
+        return pafs.PyFileSystem(self._handler)
 
     def _active(self, table: DeltaTable) -> list[DataFile]:
         """The table's files in Cohort's layout, with their row counts, sizes and the time their `add` says."""
@@ -310,6 +351,5 @@ class DeltaTableStore:
         files side by side: on an object store each check is a few requests)."""
         if not files:
             return []
-        handler = self._guard("reach", lambda: DeltaStorageHandler(self.root, self._options))
-        filesystem = pafs.PyFileSystem(handler)  # delta-rs's own object store: reaches what the table reaches
+        filesystem = self._fs()
         return in_parallel(lambda new: checked_add_action(self.root, filesystem, new), files)
