@@ -122,15 +122,7 @@ class S3Server:
 
     def environ(self, credentials: S3Credentials | None = None) -> dict[str, str]:
         """The AWS environment variables every client reads: keys, endpoint, region."""
-        keys = credentials or self.credentials
-        return {
-            "AWS_ACCESS_KEY_ID": keys.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ALLOW_HTTP": "true",
-        }
+        return {**self.storage_options(credentials), "AWS_DEFAULT_REGION": self.region}
 
     def storage_options(self, credentials: S3Credentials | None = None) -> dict[str, str]:
         """delta-rs's storage options (object_store's AWS keys): path-style requests over plain HTTP."""
