@@ -28,7 +28,6 @@ adopts or rolls it back) and deletes those of the others; the staging areas alwa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
 from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout
 from cohort.pipelines.storage.moves import copy_files, is_object_store
+from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.storage.preflight import probe_root
 from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair, reconcile_tables
@@ -64,9 +64,6 @@ from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 
 __all__ = ["TableSink"]
-
-_PLACERS = 8
-"""Partitions placed at once on a local disk, files copied at once on an object store (I/O bound)."""
 
 
 def _confirm_ownership(ledger: OffsetLedger, plan: BatchPlan) -> None:
@@ -114,7 +111,7 @@ def _new_files(fs: Any, table: TableStore, directory: str) -> list[NewFile]:
 
 def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[NewFile]:
     """Move each partition's staged output into its data directory; the files there. On a local disk, one rename
-    per partition, the partitions side by side (_PLACERS threads); on an object store, one copy per file, every file
+    per partition, the partitions side by side (`in_parallel`); on an object store, one copy per file, every file
     side by side (`_copy_into_place`)."""
     placed = [p for p in plan.partitions if p.must_commit and output.counts.get(p.tp)]
     directories = {
@@ -131,10 +128,7 @@ def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[N
             fs.rename(staged, _abs(output.table, directory))
         return _new_files(fs, output.table, directory)
 
-    if len(directories) <= 1:
-        return [f for staged in directories for f in place(staged)]
-    with ThreadPoolExecutor(min(_PLACERS, len(directories)), thread_name_prefix="cohort-place") as pool:
-        return [f for files in pool.map(place, directories) for f in files]
+    return [f for files in in_parallel(place, list(directories)) for f in files]
 
 
 def _copy_into_place(filesystem: Any, table: TableStore, directories: Mapping[str, str]) -> list[NewFile]:
@@ -144,10 +138,7 @@ def _copy_into_place(filesystem: Any, table: TableStore, directories: Mapping[st
     the batch's staging area, in bulk."""
     paths = {_path(staged): _path(_abs(table, directory)) for staged, directory in directories.items()}
     relative = {_path(_abs(table, directory)): directory for directory in directories.values()}
-    return [
-        NewFile(f"{relative[f.target]}/{f.name}", f.size, f.rows, f.schema)
-        for f in copy_files(filesystem, paths, workers=_PLACERS)
-    ]
+    return [NewFile(f"{relative[f.target]}/{f.name}", f.size, f.rows, f.schema) for f in copy_files(filesystem, paths)]
 
 
 def _path(uri: str) -> str:

@@ -1,30 +1,27 @@
 """Placing a batch's staged files on a root without directories (an object store: S3, GCS), where a "rename" is a
 server-side copy of each object.
 
-A table sink places each partition's staged output into its data directory before the table commit references
-it (cohort.pipelines.batch.table_sink): readers see nothing of it until then, so the placing need not be atomic,
-only repeatable. `copy_files` lists the staged directories at once, then copies every file with one bounded pool
-of threads (each copy is one server-side request; the partitions' files all side by side, not partition after
-partition), reading each footer on the way: the table commit needs the rows and the schema. The staged copies stay
-where they are: the batch deletes its whole staging area at its end in bulk, where deleting each one here would
-cost more requests than its copy (pyarrow checks that an object exists before deleting it, then keeps its
-"directory" alive with a marker). Run again after a crash, it copies the same files to the same names again.
+A table sink places each partition's staged output into its data directory before the table commit references it
+(cohort.pipelines.batch.table_sink): readers see nothing of it until then, so the placing need not be atomic, only
+repeatable. `copy_files` lists the staged directories at once, then copies every file with one bounded pool of
+threads (`cohort.pipelines.storage.parallel`: each copy is one server-side request; the partitions' files all side
+by side, not partition after partition), reading each footer on the way: the table commit needs the rows and the
+schema. The staged copies stay where they are: the batch deletes its whole staging area at its end in bulk, where
+deleting each one here would cost more requests than its copy (pyarrow checks that an object exists before deleting
+it, then keeps its "directory" alive with a marker). Run again after a crash, it copies the same files to the same
+names again.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["COPIERS", "PlacedFile", "copy_files", "is_object_store"]
-
-COPIERS = 8
-"""Files copied at once (each copy is one request that waits on the store, not on a core)."""
+__all__ = ["PlacedFile", "copy_files", "is_object_store"]
 
 _OBJECT_STORES: tuple[type[pafs.FileSystem], ...] = tuple(
     getattr(pafs, name) for name in ("S3FileSystem", "GcsFileSystem") if hasattr(pafs, name)
@@ -81,13 +78,14 @@ def _copy(fs: pafs.FileSystem, info: pafs.FileInfo, target: str) -> PlacedFile:
     return PlacedFile(source, target, info.base_name, int(info.size or 0), rows, schema)
 
 
-def copy_files(fs: pafs.FileSystem, directories: Mapping[str, str], workers: int = COPIERS) -> list[PlacedFile]:
+def copy_files(fs: pafs.FileSystem, directories: Mapping[str, str]) -> list[PlacedFile]:
     """Copy the Parquet data files directly under each source directory of `directories` (source -> target, paths
-    of `fs`) into its target, at most `workers` at a time; the files copied, in the order of their source paths."""
+    of `fs`) into its target, a bounded number at a time; the files copied, in the order of their source paths.
+    (`in_parallel` imported here: the executors import this module for `is_object_store` only.)"""
+    from cohort.pipelines.storage.parallel import in_parallel
+
     if not directories:
         return []
-    files = _data_files(fs, directories)
-    if len(files) <= 1 or workers <= 1:
-        return [_copy(fs, info, directories[info.path.rsplit("/", 1)[0]]) for info in files]
-    with ThreadPoolExecutor(min(workers, len(files)), thread_name_prefix="cohort-copy") as pool:
-        return list(pool.map(lambda info: _copy(fs, info, directories[info.path.rsplit("/", 1)[0]]), files))
+    return in_parallel(
+        lambda info: _copy(fs, info, directories[info.path.rsplit("/", 1)[0]]), _data_files(fs, directories)
+    )

@@ -18,6 +18,7 @@ from cohort.common.ledger import OffsetLedger
 from cohort.common.types import OffsetRange, TopicPartition
 from cohort.pipelines.planning.positions import RangeLedger
 from cohort.pipelines.sink.layout import SinkFs
+from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.tables.reconcile import LedgerPosition, Reconcile, ahead_of_ledger, problems, reconcile_partition
 from cohort.pipelines.tables.store import (
     Owner,
@@ -26,7 +27,6 @@ from cohort.pipelines.tables.store import (
     TableConflictError,
     TableStore,
     data_dir,
-    in_parallel,
     parse_data_path,
 )
 from cohort.pipelines.tables.target import TableTarget

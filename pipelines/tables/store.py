@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -46,7 +45,6 @@ __all__ = [
     "TableStore",
     "compare_and_set",
     "data_dir",
-    "in_parallel",
     "mark_key",
     "parse_data_path",
     "removes_gone",
@@ -54,11 +52,6 @@ __all__ = [
 ]
 
 DATA_DIR = "data"
-FILE_CHECKERS = 8
-"""Files checked (a commit's added files) or directories listed (the orphan sweep) at once by `in_parallel`: I/O
-bound, each a few requests on an object store."""
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
 _RANGE_DIR = re.compile(r"(\d+)-(\d+)-([0-9a-z]+)")
 
 
@@ -406,12 +399,3 @@ def _shape(t: pa.DataType) -> pa.DataType:
     if pa.types.is_map(t):
         return pa.map_(_shape(t.key_type), _shape(t.item_type))
     return _WIDE.get(t, t)
-
-
-def in_parallel(check: Callable[[_In], _Out], items: Sequence[_In], workers: int = FILE_CHECKERS) -> list[_Out]:
-    """`[check(item) for item in items]`, at most `workers` at a time (threads: for I/O, such as reading the footers
-    of a commit's files on an object store); the first error in the order of `items` is raised."""
-    if len(items) <= 1 or workers <= 1:
-        return [check(item) for item in items]
-    with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="cohort-check") as pool:
-        return list(pool.map(check, items))

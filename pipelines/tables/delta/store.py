@@ -51,6 +51,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, RemoveAction
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.tables.delta.errors import DeltaStoreError, short_error
 from cohort.pipelines.tables.delta.files import active_files, checked_add_action, remove_actions
 from cohort.pipelines.tables.delta.log import (
@@ -73,7 +74,6 @@ from cohort.pipelines.tables.store import (
     TableCommit,
     TableConflictError,
     compare_and_set,
-    in_parallel,
     mark_key,
     parse_data_path,
     removes_gone,

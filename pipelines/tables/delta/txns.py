@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cohort.pipelines.tables.store import in_parallel
+from cohort.pipelines.storage.parallel import in_parallel
 
 __all__ = ["TXN_RETENTION", "LogTxns", "read_entry", "read_transactions"]
 

@@ -48,6 +48,7 @@ from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy.exc import ArgumentError, IntegrityError
 
 from cohort.common.types import TopicPartition
+from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.tables.iceberg.catalog import ReusingSqlCatalog, create_catalog_tables, file_io_properties
 from cohort.pipelines.tables.iceberg.errors import catalog_errors, first_line, schema_mismatch
 from cohort.pipelines.tables.iceberg.files import (
@@ -81,7 +82,6 @@ from cohort.pipelines.tables.store import (
     TableConflictError,
     TableSchemaError,
     compare_and_set,
-    in_parallel,
     mark_key,
     parse_data_path,
     removes_gone,
