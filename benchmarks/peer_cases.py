@@ -29,7 +29,7 @@ from cohort.common.types import TopicPartition
 from cohort.pipelines import PipelineSpec, run_batch
 from cohort.pipelines.sink.tree import DUCKDB_GLOB
 
-__all__ = ["Case", "Landing", "Topic", "land", "light", "light_arrow", "settle"]
+__all__ = ["Case", "Landing", "Topic", "batch_source", "decoded", "land", "light", "light_arrow", "settle"]
 
 SPARK_BATCH, SPARK_STREAM, COHORT = "spark-batch", "spark-stream", "cohort"
 
@@ -108,7 +108,7 @@ class Landing:
         return "partition", '"offset"'
 
 
-def _decoded(frame: DataFrame, topic: Topic) -> DataFrame:
+def decoded(frame: DataFrame, topic: Topic) -> DataFrame:
     """The source's rows decoded into the topic's columns with Spark's functions, beside partition and offset;
     values that do not decode are dropped."""
     value: Column
@@ -118,8 +118,8 @@ def _decoded(frame: DataFrame, topic: Topic) -> DataFrame:
         from pyspark.sql.avro.functions import from_avro
 
         value = from_avro(F.expr("substring(value, 6)"), topic.avro_schema or "", {"mode": "PERMISSIVE"})
-    decoded = frame.select("partition", "offset", value.alias("v"))
-    return decoded.where(F.col("v.id").isNotNull()).select("partition", "offset", "v.*")
+    parsed = frame.select("partition", "offset", value.alias("v"))
+    return parsed.where(F.col("v.id").isNotNull()).select("partition", "offset", "v.*")
 
 
 def _source_options(bootstrap: str, topic: Topic) -> dict[str, str]:
@@ -130,18 +130,22 @@ def _source_options(bootstrap: str, topic: Topic) -> dict[str, str]:
     }
 
 
-def spark_batch(spark: Any, bootstrap: str, topic: Topic, case: Case, out: str) -> None:
-    """Case (a): a batch read of exactly the planned offsets, decoded, (transformed,) written by Spark."""
+def batch_source(spark: Any, bootstrap: str, topic: Topic) -> DataFrame:
+    """Spark's Kafka source over exactly the planned offsets: every partition from 0 to its end, read_committed."""
     ending = {topic.name: {str(p): end for p, end in topic.ends.items()}}
     starting = {topic.name: {str(p): 0 for p in topic.ends}}
-    frame = (
+    return (
         spark.read.format("kafka")
         .options(**_source_options(bootstrap, topic))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .load()
     )
-    rows = _decoded(frame, topic)
+
+
+def spark_batch(spark: Any, bootstrap: str, topic: Topic, case: Case, out: str) -> None:
+    """Case (a): a batch read of exactly the planned offsets, decoded, (transformed,) written by Spark."""
+    rows = decoded(batch_source(spark, bootstrap, topic), topic)
     (light(rows) if case.transform else rows).write.mode("errorifexists").parquet(out)
 
 
@@ -149,7 +153,7 @@ def spark_stream(spark: Any, bootstrap: str, topic: Topic, case: Case, out: str)
     """Case (b): Structured Streaming, `trigger(availableNow=True)`, a checkpoint beside the output: the first run
     reads the backlog, a later one on the same checkpoint what came since."""
     frame = spark.readStream.format("kafka").options(**_source_options(bootstrap, topic))
-    rows = _decoded(frame.option("startingOffsets", "earliest").load(), topic)
+    rows = decoded(frame.option("startingOffsets", "earliest").load(), topic)
     query = (
         (light(rows) if case.transform else rows)
         .writeStream.format("parquet")

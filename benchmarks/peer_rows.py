@@ -4,10 +4,11 @@ per 1M records of the plain path's stages beside the Spark source's."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.peer_cases import SPARK_BATCH, Case, Landing, Topic, _decoded, _source_options, spark_batch
+from benchmarks.peer_cases import SPARK_BATCH, Case, Landing, Topic, batch_source, decoded, spark_batch
 from benchmarks.pipeline import _tree_cpu_s
 
 __all__ = ["fingerprints", "stage_breakdown"]
@@ -53,31 +54,16 @@ def stage_breakdown(spark: Any, bootstrap: str, topic: Topic) -> dict[str, dict[
     from cohort.pipelines.tasks.spans import OffsetSpan
 
     per_1m = 1_000_000 / topic.records
-    ending = {topic.name: {str(p): end for p, end in topic.ends.items()}}
-    starting = {topic.name: {str(p): 0 for p in topic.ends}}
-
-    def source() -> Any:
-        reader = spark.read.format("kafka").options(**_source_options(bootstrap, topic))
-        return reader.option("startingOffsets", _json(starting)).option("endingOffsets", _json(ending)).load()
-
-    read = _cpu_of(lambda: source().select(F.sum(F.length("value"))).collect())
+    read = _cpu_of(lambda: batch_source(spark, bootstrap, topic).select(F.sum(F.length("value"))).collect())
     columns = [F.col(name) for name in topic.spark_schema.names]
-    decoded = _cpu_of(lambda: _decoded(source(), topic).select(F.sum(F.hash(*columns))).collect())
-    out = f"/tmp/cohort-peers-stages-{os.getpid()}"
-    whole = _cpu_of(lambda: spark_batch(spark, bootstrap, topic, Case("stages", SPARK_BATCH), out))
-    import shutil
-
-    shutil.rmtree(out, ignore_errors=True)
-    spark_stages = {"read": read, "decode": max(0.0, decoded - read), "write": max(0.0, whole - decoded)}
+    source = batch_source(spark, bootstrap, topic)
+    decode = _cpu_of(lambda: decoded(source, topic).select(F.sum(F.hash(*columns))).collect())
+    with tempfile.TemporaryDirectory(prefix="cohort-peers-stages-") as tmp:
+        whole = _cpu_of(lambda: spark_batch(spark, bootstrap, topic, Case("stages", SPARK_BATCH), f"{tmp}/out"))
+    spark_stages = {"read": read, "decode": max(0.0, decode - read), "write": max(0.0, whole - decode)}
     spans = [OffsetSpan(topic.name, p, 0, end) for p, end in sorted(topic.ends.items())]
     cohort_stages = stage_cpu(topic.spec.with_readers([topic.name]), {"bootstrap.servers": bootstrap}, spans)
     return {
         "spark": {name: round(cpu * per_1m, 2) for name, cpu in spark_stages.items()},
         "cohort": {name: round(cpu * per_1m, 2) for name, cpu in cohort_stages.items()},
     }
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
