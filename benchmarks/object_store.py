@@ -14,7 +14,7 @@ average before each landing. The S3 server is a Python process on the same two c
 S3 figures (a real store's is not).
 
 Usage:
-    python -m benchmarks.object_store            # 1M records, 3 rounds
+    python -m benchmarks.object_store            # 1M records, 5 rounds
     python -m benchmarks.object_store --quick    # 200k records
 
 The last line printed is one JSON object: {"records", "rates": {case: records/s}, "ratio_s3_vs_local":
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="200k records instead of 1M")
     parser.add_argument("--records", type=int, default=None, help="records per landing (overrides --quick)")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (after one warm-up landing per case)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up landing per case)")
     args = parser.parse_args()
     count = args.records or (200_000 if args.quick else 1_000_000)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)

@@ -26,8 +26,8 @@ from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tasks.arrow_transform import contract_problem
 from cohort.pipelines.tasks.read_stats import (
     READ_STATS_COLUMN,
-    STATS_ONLY,
-    STATS_ONLY_DDL,
+    WRITER_STATS,
+    WRITER_STATS_DDL,
     ReadStats,
     StatsRows,
     gather_read_stats,
@@ -35,8 +35,17 @@ from cohort.pipelines.tasks.read_stats import (
 from cohort.pipelines.tasks.reader import SpanProcessor, read_spans
 from cohort.pipelines.tasks.spans import OffsetSpan
 from cohort.pipelines.tasks.writer import ArrowStagedWriter
+from cohort.pipelines.tasks.written import WrittenSpan
 
-__all__ = ["TransformError", "checked_frame", "materialize", "quarantine_frame", "sink_frame", "with_partition_columns"]
+__all__ = [
+    "TransformError",
+    "checked_frame",
+    "materialize",
+    "quarantine_frame",
+    "sink_frame",
+    "with_partition_columns",
+    "written_reports",
+]
 
 
 class TransformError(ValueError):
@@ -66,9 +75,10 @@ def checked_frame(
     records its stats row (`materialize` gathers them; `sink_frame` and `quarantine_frame` leave them out).
 
     With a `writer`, the tasks write the checked rows to its staging areas themselves and hand Spark only
-    what they read: the frame's rows are the spans' stats rows (cohort.pipelines.tasks.reader.STATS_ONLY;
-    `gather_read_stats` of what `collect()` returns), and computing it is the whole batch's reading and writing.
-    A span that held no record (only holes) has no stats row: there is nothing to count. `read_stats`, an
+    what they read and wrote: the frame's rows are each span's report row and its stats row
+    (cohort.pipelines.tasks.read_stats.WRITER_STATS; `written_reports` of what `collect()` returns), and computing
+    it is the whole batch's reading and writing. A span that held no record (only holes) has no stats row: there
+    is nothing to count. `read_stats`, an
     accumulator of `read_stats_accumulator` (classic sessions only), is added to as well.
 
     With a `writer` and `valid_only`, the tasks write only the quarantine themselves and hand Spark the valid
@@ -94,10 +104,15 @@ def checked_frame(
         staged = writer
 
         def write(span: OffsetSpan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            staged.write_span(span, map(checker.check, batches))
-            yield from ()
+            report = staged.write_span(span, map(checker.check, batches))
+            columns: list[pa.Array[Any]] = [
+                pa.array([span.topic]),
+                pa.array([span.partition], pa.int32()),
+                pa.array([report.to_bytes()]),
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=_WRITTEN_ROW)
 
-        process, schema, stats = write, STATS_ONLY_DDL, STATS_ONLY
+        process, schema, stats = write, WRITER_STATS_DDL, WRITER_STATS
 
     return read_spans(
         spark,
@@ -111,6 +126,17 @@ def checked_frame(
         batch_size=spec.consume_batch_size,
         read_timeout_s=spec.read_timeout_s,
     )
+
+
+_WRITTEN_ROW = pa.schema([f for f in WRITER_STATS.schema if f.name != READ_STATS_COLUMN])
+"""A writing task's report row before the reader adds its (null) stats column."""
+
+
+def written_reports(rows: Sequence[Any]) -> tuple[ReadStats, list[WrittenSpan]]:
+    """What the writing tasks read (their stats rows, gathered) and wrote (their report rows), from the collected
+    rows of `checked_frame(writer=...)`."""
+    read = gather_read_stats((row[0], row[1], row[3]) for row in rows)
+    return read, [WrittenSpan.from_bytes(row[2]) for row in rows if row[2] is not None]
 
 
 def kafka_struct() -> Column:

@@ -22,7 +22,7 @@ from cohort.pipelines.batch.sink import OutputDirs, StagedRows
 from cohort.pipelines.batch.stage import sink_file_system, timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
-from cohort.pipelines.sink.layout import SinkFs, SinkLayout, SinkTarget
+from cohort.pipelines.sink.layout import SinkFs, SinkLayout, SinkTarget, StagedDirs
 from cohort.pipelines.storage.preflight import probe_root
 
 __all__ = ["ParquetSink", "Step"]
@@ -74,7 +74,11 @@ class ParquetSink:
         with timed(self.stages, "publish"):
             return complete_committed(ledger, plan, self.sink, self.quarantine, self.fs)
 
-    def held(self, plan: BatchPlan) -> tuple[SinkLayout, SinkLayout]:
+    def staging(self, plan: BatchPlan, *, tasks_write: bool) -> tuple[SinkLayout, SinkLayout]:
+        """The two layouts' staging areas, whoever writes."""
+        return self.sink, self.quarantine
+
+    def held(self, plan: BatchPlan, staging: tuple[StagedDirs, StagedDirs]) -> tuple[SinkLayout, SinkLayout]:
         """The two layouts: where the attempt stages, and the range directories a replay replaces."""
         return self.sink, self.quarantine
 

@@ -71,7 +71,7 @@ from cohort.pipelines.batch.commit import commit_ranges, mirror_commits, partiti
 from cohort.pipelines.batch.parquet_sink import ParquetSink
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.sink import BatchSink, StagedRows
-from cohort.pipelines.batch.stage import stage_outputs, timed
+from cohort.pipelines.batch.stage import stage_outputs, tasks_write_everything, timed
 from cohort.pipelines.batch.table_sink import TableSink
 from cohort.pipelines.planning.batch_plan import plan_within
 from cohort.pipelines.planning.plan import BatchPlan
@@ -184,12 +184,14 @@ def run_batch(
     failed = True
     try:
         warnings = sink.complete(ledger, plan)
-        held = sink.held(plan)
-        stats, counts, checks = stage_outputs(spark, spec, kafka_config, plan, sink.fs, attempt, stages, held)
+        layouts = sink.staging(plan, tasks_write=tasks_write_everything(spec, attempt))
+        held = sink.held(plan, layouts)
+        staged = stage_outputs(spark, spec, kafka_config, plan, sink.fs, attempt, stages, held, layouts)
+        stats, counts, checks = staged.stats, staged.counts, staged.checks
         if spec.strict_replay:
             refuse_changed(checks)
         ranges = commit_ranges(plan, counts, checks)
-        rows = StagedRows(lambda: spec.checker, spec.reshapes)
+        rows = StagedRows(lambda: spec.checker, spec.reshapes, staged.files)
         sink_dirs, quarantine_dirs = sink.commit(ledger, plan, ranges, counts, rows, run_id)
         failed = False
     finally:

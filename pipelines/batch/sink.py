@@ -9,7 +9,7 @@ clean-up may delete: never output the ledger may hold a commit of.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
@@ -20,8 +20,9 @@ from cohort.pipelines.batch.results import AdoptedRange
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.replay.check import HeldOutput
 from cohort.pipelines.sink.counts import StagedCounts
-from cohort.pipelines.sink.layout import SinkFs
+from cohort.pipelines.sink.layout import SinkFs, StagedDirs
 from cohort.pipelines.tasks.checked import RecordChecker
+from cohort.pipelines.tasks.written import StagedFile
 
 __all__ = ["BatchSink", "OutputDirs", "StagedRows"]
 
@@ -32,11 +33,13 @@ OutputDirs = tuple[tuple[str, ...], tuple[str, ...]]
 @dataclass(frozen=True)
 class StagedRows:
     """What the batch's staged rows are, for a sink that records their schemas (a table's commit): the reading
-    tasks' checker, got on first use (a batch that read nothing may never need it), and whether a transform
-    reshaped the sink's rows (their schema is then the transform's own)."""
+    tasks' checker, got on first use (a batch that read nothing may never need it), whether a transform
+    reshaped the sink's rows (their schema is then the transform's own), and the files the reading tasks reported
+    by staged directory (with their sizes and footers: a table commit need not read them again)."""
 
     checker: Callable[[], RecordChecker]
     reshapes: bool
+    files: Mapping[str, tuple[StagedFile, ...]] = field(default_factory=dict)
 
     def schemas(self) -> tuple[pa.Schema | None, pa.Schema]:
         """The Arrow schemas of the sink's rows (None after a transform) and of the quarantine's."""
@@ -60,8 +63,14 @@ class BatchSink(Protocol):
         """Make visible what an earlier batch committed and never published; a warning per partition it could not."""
         ...
 
-    def held(self, plan: BatchPlan) -> tuple[HeldOutput, HeldOutput]:
-        """Where the attempt stages and what the sink, then the quarantine, hold already (the replay digest's view)."""
+    def staging(self, plan: BatchPlan, *, tasks_write: bool) -> tuple[StagedDirs, StagedDirs]:
+        """Where the attempt writes the sink's, then the quarantine's output (`tasks_write`: the reading tasks write
+        both themselves, so a sink may have them write where it places them)."""
+        ...
+
+    def held(self, plan: BatchPlan, staging: tuple[StagedDirs, StagedDirs]) -> tuple[HeldOutput, HeldOutput]:
+        """Where the attempt stages (`staging`) and what the sink, then the quarantine, hold already (the replay
+        digest's view)."""
         ...
 
     def commit(

@@ -5,8 +5,9 @@ counted (in the digest's read, else from their footers), the counts checked and 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
@@ -21,17 +22,19 @@ from cohort.pipelines.batch.frames import (
     reads_observed,
     sink_frame,
     with_partition_columns,
+    written_reports,
 )
 from cohort.pipelines.batch.results import CountMismatchError
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.replay.check import HeldOutput, OutputCheck, check_outputs
 from cohort.pipelines.sink.counts import OutputShape, StagedCounts, account
-from cohort.pipelines.sink.layout import HadoopFs, SinkError, SinkFs, SinkLayout
+from cohort.pipelines.sink.layout import HadoopFs, SinkError, SinkFs, SinkLayout, StagedDirs
 from cohort.pipelines.sink.quarantine_limit import refuse_over_limit
 from cohort.pipelines.spec import PipelineSpec
-from cohort.pipelines.tasks.read_stats import ReadStats, gather_read_stats
+from cohort.pipelines.tasks.read_stats import ReadStats
 from cohort.pipelines.tasks.transformed_writer import WRITTEN_DDL, TransformedWriter, arrow_writable
 from cohort.pipelines.tasks.writer import ArrowFs, ArrowStagedWriter, arrow_compression, arrow_filesystem
+from cohort.pipelines.tasks.written import StagedFile, WrittenSpan
 
 Stats = Mapping[TopicPartition, tuple[int, int, float]]
 """Per partition: records and key + value bytes consumed, and the reading tasks' seconds."""
@@ -125,6 +128,17 @@ def _verify(
     return counts
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A batch's staged output: what was consumed (`stats`), each range's counts and check, and the files the reading
+    tasks reported by directory (`files`: empty where Spark wrote, or nothing was read)."""
+
+    stats: Stats
+    counts: dict[TopicPartition, StagedCounts]
+    checks: dict[TopicPartition, OutputCheck]
+    files: Mapping[str, tuple[StagedFile, ...]] = field(default_factory=dict)
+
+
 NOTHING = StagedCounts(0, 0)
 """The counts of a range nothing was read for (a gap, an empty range)."""
 
@@ -138,16 +152,20 @@ def stage_outputs(
     attempt: str,
     stages: dict[str, float],
     held: tuple[HeldOutput, HeldOutput],
-) -> tuple[Stats, dict[TopicPartition, StagedCounts], dict[TopicPartition, OutputCheck]]:
+    layouts: tuple[StagedDirs, StagedDirs],
+) -> Staged:
     """Read, decode and validate the plan's spans once, write both outputs to staging, digest each range's
     staged output against what the sink `held` (sink, quarantine) holds (cohort.pipelines.replay.check), count
     the staged outputs' rows in the digest's read (`_staged_rows`; with a transform, its rows by offset too), check
-    the counts and the quarantine limit; returns (consumed stats, each range's counts, each range's check)."""
+    the counts and the quarantine limit (`Staged`: what was consumed, counted, checked and written). Where the
+    reading tasks write, their reports of what they wrote (cohort.pipelines.tasks.written) stand in for reading a
+    range's files back."""
     if not plan.spans:
         with timed(stages, "verify"):
-            return {}, {}, check_outputs(fs, *held, attempt, plan)
-    sink, quarantine = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+            return Staged({}, {}, check_outputs(fs, *held, attempt, plan))
+    sink, quarantine = layouts
     tasks_write = _tasks_can_write(spec.compression, sink, quarantine, attempt)
+    reports: list[WrittenSpan] = []
     if tasks_write and spec.transform is not None:
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker)
         # one job: the tasks write the quarantine and hand the JVM the valid rows, as Arrow, to transform
@@ -155,10 +173,12 @@ def stage_outputs(
             stats = _stream_transform(spark, spec, kafka_config, plan, writer, sink.staging_root(attempt))
     elif tasks_write:
         writer = ArrowStagedWriter(sink, quarantine, attempt, spec.compression, spec.checker, spec.arrow_transform)
-        # one job, no record crosses into the JVM: only each span's stats
+        # one job, no record crosses into the JVM: only each span's stats and what its task wrote
         with timed(stages, "read_and_write"), executor_errors_named(spark):
-            read = checked_frame(spark, spec, kafka_config, plan.spans, writer=writer).collect()
-        stats = stats_of(gather_read_stats(read))
+            read, reports = written_reports(
+                checked_frame(spark, spec, kafka_config, plan.spans, writer=writer).collect()
+            )
+        stats = stats_of(read)
     elif spec.arrow_transform is not None:
         raise SinkError(
             f"an arrow_transform runs in the reading tasks, which write with pyarrow: the compression "
@@ -168,7 +188,7 @@ def stage_outputs(
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with timed(stages, "verify"):
-        checks = check_outputs(fs, *held, attempt, plan)
+        checks = check_outputs(fs, *held, attempt, plan, whole_ranges(plan, reports))
         written, quarantined = _staged_rows(fs, sink, quarantine, attempt, plan, checks)
         shapes = None
         if spec.reshapes:
@@ -176,13 +196,37 @@ def stage_outputs(
         counts = _verify(plan, stats, written, quarantined, shapes)
     shares = {tp: (c.quarantined, stats.get(tp, (0, 0, 0.0))[0]) for tp, c in counts.items()}
     refuse_over_limit(spark, spec.quarantine_rule, shares, lambda tp: quarantine.staged_range_dir(attempt, *tp))
-    return stats, counts, checks
+    return Staged(stats, counts, checks, _by_directory(reports))
+
+
+def whole_ranges(plan: BatchPlan, reports: Iterable[WrittenSpan]) -> dict[TopicPartition, WrittenSpan]:
+    """The reports that describe a whole planned range (its one span), by partition: their digests and counts need
+    no read-back of the range's files (cohort.pipelines.replay.check)."""
+    by_tp: dict[TopicPartition, list[WrittenSpan]] = {}
+    for report in reports:
+        by_tp.setdefault(TopicPartition(report.topic, report.partition), []).append(report)
+    whole = {}
+    for p in plan.to_read:
+        found = by_tp.get(p.tp, [])
+        if len(found) == 1 and (found[0].from_offset, found[0].until_offset) == (p.from_offset, p.until_offset):
+            whole[p.tp] = found[0]
+    return whole
+
+
+def _by_directory(reports: Iterable[WrittenSpan]) -> dict[str, tuple[StagedFile, ...]]:
+    """The files the tasks reported, by the directory they wrote them into."""
+    found: dict[str, list[StagedFile]] = {}
+    for report in reports:
+        for file in (report.sink, report.quarantine):
+            if file is not None:
+                found.setdefault(file.directory, []).append(file)
+    return {directory: tuple(sorted(files, key=lambda f: f.name)) for directory, files in found.items()}
 
 
 def _staged_rows(
     fs: SinkFs,
-    sink: SinkLayout,
-    quarantine: SinkLayout,
+    sink: StagedDirs,
+    quarantine: StagedDirs,
     attempt: str,
     plan: BatchPlan,
     checks: Mapping[TopicPartition, OutputCheck],
@@ -215,7 +259,14 @@ def sink_file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> Si
     return HadoopFs(spark)
 
 
-def _tasks_can_write(compression: str, sink: SinkLayout, quarantine: SinkLayout, attempt: str) -> bool:
+def tasks_write_everything(spec: PipelineSpec, attempt: str) -> bool:
+    """Whether the reading tasks write both outputs themselves (no Spark transform, and pyarrow writes the codec and
+    both roots): the batch's files are then all reported by their writers, and may go where a sink places them."""
+    layouts = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)
+    return spec.transform is None and _tasks_can_write(spec.compression, *layouts, attempt)
+
+
+def _tasks_can_write(compression: str, sink: StagedDirs, quarantine: StagedDirs, attempt: str) -> bool:
     """Whether the reading tasks write the outputs themselves (with a transform, the quarantine only): pyarrow
     can write the `compression` codec and both staging roots."""
     return arrow_compression(compression) is not None and all(
@@ -252,8 +303,8 @@ def _read_then_write(
     spec: PipelineSpec,
     kafka_config: Mapping[str, Any],
     plan: BatchPlan,
-    sink: SinkLayout,
-    quarantine: SinkLayout,
+    sink: StagedDirs,
+    quarantine: StagedDirs,
     attempt: str,
     stages: dict[str, float],
 ) -> Stats:

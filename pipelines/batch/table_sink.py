@@ -3,7 +3,11 @@ run_batch's `BatchSink` for a spec whose `table_format` is delta or iceberg (coh
 table stores of cohort.pipelines.tables, which know nothing of the batch.
 
 The reading, decoding, validation and counting are those of the Parquet sink: the tasks write both outputs into
-`<table>/_staging/<attempt>/`. What differs is how the output becomes visible:
+`<table>/_staging/<attempt>/`, except on an object store when the reading tasks write both outputs themselves (no
+Spark transform): there each range's files are written straight into the data directory of step 3
+(`DataDirLayout`), where no reader sees them before a commit references them, so nothing is copied into place.
+The tasks report what they wrote (sizes, footers, digests: cohort.pipelines.tasks.written), so the batch reads
+none of it back. What differs is how the output becomes visible:
 
 1. **Reconcile** (cohort.pipelines.tables.batch.reconcile_tables), before planning: the member fences its
    partitions in both tables with its generation, adopts into the ledger a sink commit the ledger never saw, and
@@ -11,8 +15,9 @@ The reading, decoding, validation and counting are those of the Parquet sink: th
 2. After the counts check, the batch asks the ledger whether it still owns its partitions (an empty commit:
    fenced like a commit, it records nothing), so a member the coordinator already fenced never reaches a table.
 3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`
-   (on an object store: each file copied there, the staged copies deleted with the staging area),
-   invisible to readers until a commit references it. A replay removes the files holding the offsets it re-read
+   (on an object store: written there by the tasks, or each file copied there, the staged copies deleted with the
+   staging area), invisible to readers until a commit references it; a batch that dies before its commit leaves
+   them unreferenced, for the next batch's sweep (cohort.pipelines.tables.batch) or `cohort gc`. A replay removes the files holding the offsets it re-read
    (those it cuts are rewritten without them) in the same commit.
 4. The quarantine table commits (when the batch quarantined or replaced something there), then the sink table:
    each one atomic commit that also moves the partitions' marks with a compare-and-set
@@ -42,7 +47,7 @@ from cohort.pipelines.batch.sink import OutputDirs, StagedRows
 from cohort.pipelines.batch.stage import timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
-from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout
+from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout, StagedDirs
 from cohort.pipelines.storage.moves import copy_files, is_object_store
 from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.storage.preflight import probe_root
@@ -50,6 +55,7 @@ from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair, reconcile_tables
 from cohort.pipelines.tables.store import (
     BatchRecord,
+    DataDirLayout,
     DataFile,
     NewFile,
     Owner,
@@ -62,6 +68,7 @@ from cohort.pipelines.tables.store import (
 )
 from cohort.pipelines.tables.target import TableTarget
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
+from cohort.pipelines.tasks.written import StagedFile
 
 __all__ = ["TableSink"]
 
@@ -84,7 +91,7 @@ class _Output:
     """One table's side of the batch: its store, where the attempt staged it, and the rows it has per range."""
 
     table: TableStore
-    layout: SinkLayout
+    layout: StagedDirs
     counts: Mapping[TopicPartition, int]
 
 
@@ -109,33 +116,56 @@ def _new_files(fs: Any, table: TableStore, directory: str) -> list[NewFile]:
     return files
 
 
-def _place(fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan) -> list[NewFile]:
-    """Move each partition's staged output into its data directory; the files there. On a local disk, one rename
-    per partition, the partitions side by side (`in_parallel`); on an object store, one copy per file, every file
-    side by side (`_copy_into_place`)."""
+def _place(
+    fs: SinkFs, output: _Output, attempt: str, plan: BatchPlan, reported: Mapping[str, tuple[StagedFile, ...]]
+) -> list[NewFile]:
+    """Move each partition's staged output into its data directory; the files there. Written there already (an
+    object store's `DataDirLayout`): nothing moves. On a local disk, one rename per partition, the partitions side
+    by side (`in_parallel`); on an object store, one copy per file, every file side by side (`_copy_into_place`).
+    The files the reading tasks `reported` (by staged directory; empty when Spark wrote) are taken as reported,
+    sizes and footers, not listed and read again."""
     placed = [p for p in plan.partitions if p.must_commit and output.counts.get(p.tp)]
     directories = {
         output.layout.staged_range_dir(attempt, *p.tp): data_dir(p.tp, p.from_offset, p.until_offset, attempt)
         for p in placed
     }
     resolved = arrow_filesystem(output.table.root)
-    if resolved is not None and is_object_store(resolved[0]):
-        return _copy_into_place(resolved[0], output.table, directories)
 
     def place(staged: str) -> list[NewFile]:
         directory = directories[staged]
-        if not fs.exists(_abs(output.table, directory)):
+        if staged != _abs(output.table, directory) and not fs.exists(_abs(output.table, directory)):
             fs.rename(staged, _abs(output.table, directory))
+        if reported:
+            return [_reported_file(directory, f) for f in reported.get(staged, ())]
         return _new_files(fs, output.table, directory)
 
+    moved = {staged: directory for staged, directory in directories.items() if staged != _abs(output.table, directory)}
+    if resolved is not None and is_object_store(resolved[0]) and moved:
+        return _copy_into_place(resolved[0], output.table, moved, reported)
     return [f for files in in_parallel(place, list(directories)) for f in files]
 
 
-def _copy_into_place(filesystem: Any, table: TableStore, directories: Mapping[str, str]) -> list[NewFile]:
+def _reported_file(directory: str, staged: StagedFile) -> NewFile:
+    """The `NewFile` of a file a reading task reported, now in `directory` (relative to the table)."""
+    return NewFile(f"{directory}/{staged.name}", staged.size, staged.rows, staged.schema, staged.footer)
+
+
+def _copy_into_place(
+    filesystem: Any, table: TableStore, directories: Mapping[str, str], reported: Mapping[str, tuple[StagedFile, ...]]
+) -> list[NewFile]:
     """Copy the staged files into their data directories (staged URI -> directory relative to the table) on an
-    object store: one listing of the attempt's staging, then one copy per file, all side by side; the rows and
-    schema of each from its footer, read on the way (cohort.pipelines.storage.moves). The staged copies go with
-    the batch's staging area, in bulk."""
+    object store, all side by side: the `reported` files one copy each; else one listing of the attempt's staging,
+    then one copy per file, the rows and schema of each from its footer, read on the way
+    (cohort.pipelines.storage.moves). The staged copies go with the batch's staging area, in bulk."""
+    if reported:
+        files = [(staged, directory, f) for staged, directory in directories.items() for f in reported.get(staged, ())]
+
+        def copy(item: tuple[str, str, StagedFile]) -> NewFile:
+            staged, directory, f = item
+            filesystem.copy_file(f"{_path(staged)}/{f.name}", f"{_path(_abs(table, directory))}/{f.name}")
+            return _reported_file(directory, f)
+
+        return in_parallel(copy, files)
     paths = {_path(staged): _path(_abs(table, directory)) for staged, directory in directories.items()}
     relative = {_path(_abs(table, directory)): directory for directory in directories.values()}
     return [NewFile(f"{relative[f.target]}/{f.name}", f.size, f.rows, f.schema) for f in copy_files(filesystem, paths)]
@@ -181,12 +211,12 @@ class _Held:
     compare-and-set) and the files of those it replays; a view for the replay check (`HeldOutput`)."""
 
     table: TableStore
-    staging: SinkLayout
+    staging: StagedDirs
     marks: Mapping[TopicPartition, PartitionMark]
     files: Mapping[TopicPartition, tuple[DataFile, ...]]
 
     @classmethod
-    def read(cls, table: TableStore, staging: SinkLayout, owner: Owner, plan: BatchPlan) -> _Held:
+    def read(cls, table: TableStore, staging: StagedDirs, owner: Owner, plan: BatchPlan) -> _Held:
         starts = {p.tp: p.from_offset for p in plan.partitions if p.must_commit}
         tps = sorted(starts)
         exists = table.exists()
@@ -222,10 +252,12 @@ def _change(
     attempt: str,
     record: BatchRecord,
     schema: pa.Schema | None,
+    reported: Mapping[str, tuple[StagedFile, ...]],
 ) -> TableCommit:
-    """One table's commit of the batch: its data directories placed, a replay's files replaced."""
+    """One table's commit of the batch: its data directories placed (`reported`: the files the reading tasks
+    reported, by staged directory), a replay's files replaced."""
     heads = {p.tp: p.until_offset for p in plan.partitions if p.must_commit}
-    adds = _place(fs, output, attempt, plan)
+    adds = _place(fs, output, attempt, plan, reported)
     old = [f for files in held.files.values() for f in files]
     removes, kept = _replaced(fs, output.table, plan, attempt, old) if old else ([], [])
     return TableCommit(owner, held.marks, heads, tuple(adds + kept), tuple(removes), record, schema=schema)
@@ -330,11 +362,30 @@ class TableSink:
         """Nothing: a table commit is visible when it lands (one the ledger never saw is adopted by `reconcile`)."""
         return {}
 
-    def held(self, plan: BatchPlan) -> tuple[_Held, _Held]:
-        """Each table's marks and replayed files before staging (the commit's compare-and-set expects those marks);
-        (sink, quarantine)."""
+    def staging(self, plan: BatchPlan, *, tasks_write: bool) -> tuple[StagedDirs, StagedDirs]:
+        """Where the attempt writes (sink, quarantine): on an object store, when the reading tasks write both outputs,
+        each table's own data directories (`DataDirLayout`: readers see nothing until the commit references the
+        files, so nothing is copied into place); else the staging areas at the tables' roots."""
+        if not (tasks_write and self._object_store()):
+            return self.sink, self.quarantine
+        ranges = tuple(
+            (p.tp.topic, p.tp.partition, p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit
+        )
+        return DataDirLayout(self.tables.sink.root, ranges), DataDirLayout(self.tables.quarantine.root, ranges)
+
+    def _object_store(self) -> bool:
+        """Whether both tables are on an object store (no rename: placing a staged file is a copy)."""
+        for table in self.tables.both():
+            resolved = arrow_filesystem(table.root)
+            if resolved is None or not is_object_store(resolved[0]):
+                return False
+        return True
+
+    def held(self, plan: BatchPlan, staging: tuple[StagedDirs, StagedDirs]) -> tuple[_Held, _Held]:
+        """Each table's marks and replayed files before staging (the commit's compare-and-set expects those marks),
+        and where the attempt writes it (`staging`: sink, quarantine); (sink, quarantine)."""
         with timed(self.stages, "verify"):
-            pairs = ((self.tables.quarantine, self.quarantine), (self.tables.sink, self.sink))
+            pairs = ((self.tables.quarantine, staging[1]), (self.tables.sink, staging[0]))
             self.progress.held = {t.root: _Held.read(t, layout, self.owner, plan) for t, layout in pairs}
         return self.progress.held[self.tables.sink.root], self.progress.held[self.tables.quarantine.root]
 
@@ -357,19 +408,30 @@ class TableSink:
                 _confirm_ownership(ledger, plan)
                 record = BatchRecord(run_id, tuple(ranges))
                 sink_schema, quarantine_schema = rows.schemas()  # a transform's sink rows have their own
+                held = self.progress.held
                 for output, schema in (
-                    (_Output(self.tables.quarantine, self.quarantine, quarantined), quarantine_schema),
-                    (_Output(self.tables.sink, self.sink, written), sink_schema),
+                    (
+                        _Output(self.tables.quarantine, held[self.tables.quarantine.root].staging, quarantined),
+                        quarantine_schema,
+                    ),
+                    (_Output(self.tables.sink, held[self.tables.sink.root].staging, written), sink_schema),
                 ):
-                    self._commit_table(output, plan, record, schema)
+                    self._commit_table(output, plan, record, schema, rows.files)
                 commit_ranges_to(ledger, ranges, run_id)
         done = self.progress.directories
         return tuple(done.get(self.tables.sink.root, ())), tuple(done.get(self.tables.quarantine.root, ()))
 
-    def _commit_table(self, output: _Output, plan: BatchPlan, record: BatchRecord, schema: pa.Schema | None) -> None:
+    def _commit_table(
+        self,
+        output: _Output,
+        plan: BatchPlan,
+        record: BatchRecord,
+        schema: pa.Schema | None,
+        reported: Mapping[str, tuple[StagedFile, ...]],
+    ) -> None:
         """One table's commit of the batch, recorded in `progress` (tried, then landed) for `clean_up`."""
         table, held = output.table, self.progress.held[output.table.root]
-        change = _change(self.fs, output, held, self.owner, plan, self.attempt, record, schema)
+        change = _change(self.fs, output, held, self.owner, plan, self.attempt, record, schema, reported)
         if table is self.tables.quarantine and not (change.adds or change.removes):
             self.progress.directories[table.root] = []  # nothing quarantined, nothing replaced: no commit
             return
@@ -391,5 +453,9 @@ class TableSink:
                 kept = [t for t in self.tables.both() if self._keeps(t)]
                 _discard(self.fs, [t for t in self.tables.both() if t not in kept], self.attempt, plan)
         finally:
-            self.sink.discard_staging(self.fs, self.attempt)
-            self.quarantine.discard_staging(self.fs, self.attempt)
+            for held in self.progress.held.values():  # a DataDirLayout staged nothing: no listing to delete nothing
+                if isinstance(held.staging, SinkLayout):
+                    held.staging.discard_staging(self.fs, self.attempt)
+            if not self.progress.held:  # failed before staging began: the staging areas, in case
+                self.sink.discard_staging(self.fs, self.attempt)
+                self.quarantine.discard_staging(self.fs, self.attempt)

@@ -21,14 +21,14 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-__all__ = ["digest", "read_dirs"]
+__all__ = ["combine", "digest", "read_dirs", "side"]
 
 
-def _side(tables: Sequence[pa.Table], from_offset: int, until_offset: int) -> bytes:
-    """The SHA-256 of one side's rows with offsets in [from, until), sorted by offset."""
+def side(tables: Sequence[pa.Table], from_offset: int, until_offset: int) -> bytes:
+    """The SHA-256 of one side's rows with offsets in [from, until), sorted by offset (a reading task computes it for
+    the file it wrote: cohort.pipelines.tasks.writer)."""
     hasher = hashlib.sha256()
     if not tables:
         return hasher.digest()
@@ -54,12 +54,19 @@ def _side(tables: Sequence[pa.Table], from_offset: int, until_offset: int) -> by
 
 def digest(sink: Sequence[pa.Table], quarantine: Sequence[pa.Table], from_offset: int, until_offset: int) -> str:
     """The digest (64 hex digits) of a range's sink and quarantine rows with offsets in [from, until)."""
-    combined = hashlib.sha256(_side(sink, from_offset, until_offset) + _side(quarantine, from_offset, until_offset))
-    return combined.hexdigest()
+    return combine(side(sink, from_offset, until_offset), side(quarantine, from_offset, until_offset))
+
+
+def combine(sink_side: bytes, quarantine_side: bytes) -> str:
+    """The digest (64 hex digits) of a range from its two sides' `side`."""
+    return hashlib.sha256(sink_side + quarantine_side).hexdigest()
 
 
 def read_dirs(filesystem: pafs.FileSystem, directories: Iterable[str]) -> list[pa.Table]:
-    """The rows of the Parquet files directly under each directory (names starting with `_` or `.` skipped)."""
+    """The rows of the Parquet files directly under each directory (names starting with `_` or `.` skipped). Driver
+    side: pyarrow.dataset (which loads pandas) stays out of the reading tasks, which import `side`."""
+    import pyarrow.dataset as ds
+
     tables = []
     for directory in directories:
         infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))

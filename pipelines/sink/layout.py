@@ -61,6 +61,7 @@ __all__ = [
     "SinkFs",
     "SinkLayout",
     "SinkTarget",
+    "StagedDirs",
     "TreeEntry",
     "attempt_id",
     "attempt_run_tag",
@@ -94,6 +95,14 @@ class TreeEntry:
     path: str
     is_dir: bool
     mtime: float
+
+
+class StagedDirs(Protocol):
+    """Where a batch attempt's outputs are written before they are visible: a `SinkLayout`'s staging area, or a
+    table's own data directories on an object store (cohort.pipelines.tables.store.DataDirLayout)."""
+
+    def staging_root(self, attempt: str) -> str: ...
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str: ...
 
 
 class SinkFs(Protocol):

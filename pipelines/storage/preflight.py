@@ -82,7 +82,8 @@ def probe_root(uri: str, *, write: bool, environ: Mapping[str, str] | None = Non
     kwargs = settings.arrow_kwargs(connect_timeout_s=CONNECT_TIMEOUT_S, request_timeout_s=REQUEST_TIMEOUT_S)
     doing = f"list {uri}"
     try:
-        fs = pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS), **kwargs)  # type: ignore[arg-type]
+        retries = pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS)
+        fs = pafs.S3FileSystem(retry_strategy=retries, allow_delayed_open=True, **kwargs)  # type: ignore[arg-type]
         fs.get_file_info(pafs.FileSelector(f"{bucket}/{prefix}".rstrip("/"), allow_not_found=True))
         if write:
             doing = f"write under {uri}"

@@ -1,7 +1,7 @@
 """What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else.
 
 `EXECUTOR_MODULES` names every module of Cohort a reading task may import, here and in the other rooms whose code
-runs in the tasks (formats/, sink/layout, storage/moves): the worker daemon preloads from it
+runs in the tasks (formats/, sink/layout, replay/digest, tables/store, storage/moves): the worker daemon preloads from it
 (cohort.pipelines.tasks.python_daemon), tests/packaging/test_lean_imports.py holds each to light imports, and
 docs/architecture.md lists them (a test compares). Importing this package imports nothing else.
 """
@@ -20,6 +20,7 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.pipelines.tasks.writer",
     "cohort.pipelines.tasks.transformed_writer",
     "cohort.pipelines.tasks.arrow_transform",
+    "cohort.pipelines.tasks.written",
     "cohort.pipelines.tasks.python_daemon",
     "cohort.pipelines.formats.decode",
     "cohort.pipelines.formats.columns",
@@ -36,7 +37,11 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.pipelines.formats.avro.schema",
     "cohort.pipelines.sink.layout",
     "cohort.pipelines.sink.names",
+    "cohort.pipelines.sink.counts",
+    "cohort.pipelines.replay.digest",
+    "cohort.pipelines.tables.store",
     "cohort.pipelines.storage.moves",
 )
 """The modules a reading task may import: the read, decoding (the Schema Registry's formats too: their clients
-load only when a task decodes such a record), the checks, the Parquet writers and the staging layout."""
+load only when a task decodes such a record), the checks, the Parquet writers, the staging layouts (a table's data
+directories among them), and what a task reports of its files (their digests and shapes)."""

@@ -20,6 +20,9 @@ __all__ = [
     "READ_STATS_TYPE",
     "STATS_ONLY",
     "STATS_ONLY_DDL",
+    "WRITER_STATS",
+    "WRITER_STATS_DDL",
+    "WRITTEN_COLUMN",
     "ReadStats",
     "SpanReading",
     "StatsRows",
@@ -94,6 +97,25 @@ STATS_ONLY = StatsRows(pa.schema(_STATS_ONLY_FIELDS))
 STATS_ONLY_DDL = f"topic string, partition int, `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
 """The stats rows of tasks that hand Spark nothing else (they wrote their output themselves): one per span, in
 Arrow and as the Spark DDL of the frame."""
+
+
+WRITTEN_COLUMN = "_cohort_written"
+"""The column of a writing task's report row: what it wrote for one span (cohort.pipelines.tasks.written, as bytes)."""
+
+
+_WRITTEN_FIELDS: list[pa.Field[Any]] = [
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field(WRITTEN_COLUMN, pa.binary()),
+]
+
+
+WRITER_STATS = StatsRows.after(pa.schema(_WRITTEN_FIELDS))
+
+
+WRITER_STATS_DDL = f"topic string, partition int, `{WRITTEN_COLUMN}` binary, `{READ_STATS_COLUMN}` {READ_STATS_DDL}"
+"""The rows of tasks that wrote their spans' outputs themselves: per span, its report row (WRITTEN_COLUMN set) and,
+when it held a record, its stats row (READ_STATS_COLUMN set), in Arrow and as the Spark DDL of the frame."""
 
 
 class SpanReading:

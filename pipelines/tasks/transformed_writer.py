@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cohort.pipelines.formats.decode import KAFKA_COLUMN
-from cohort.pipelines.sink.layout import SinkLayout
+from cohort.pipelines.sink.layout import StagedDirs
 from cohort.pipelines.tasks.writer import ArrowCodec, SpanFile, arrow_compression
 
 __all__ = ["WRITTEN_DDL", "TransformedWriter", "arrow_writable"]
@@ -38,7 +38,7 @@ _WRITTEN = pa.schema(_WRITTEN_FIELDS)
 class TransformedWriter:
     """Writes transformed rows into one attempt's sink staging (pickled into the tasks)."""
 
-    sink: SinkLayout
+    sink: StagedDirs
     attempt: str
     compression: str
 

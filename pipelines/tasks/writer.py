@@ -18,21 +18,22 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cohort.pipelines.formats.decode import RAW_VALUE_COLUMN, REASON_COLUMN
-from cohort.pipelines.sink.layout import SinkError, SinkLayout
+from cohort.pipelines.formats.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN
+from cohort.pipelines.replay.digest import side
+from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.sink.layout import SinkError, StagedDirs
 from cohort.pipelines.storage.moves import is_object_store
 from cohort.pipelines.tasks.arrow_transform import ArrowTransform, apply_arrow_transform
 from cohort.pipelines.tasks.checked import RecordChecker
 from cohort.pipelines.tasks.reader import OffsetSpan
-
-if TYPE_CHECKING:
-    from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.tasks.written import StagedFile, WrittenSpan
 
 __all__ = [
     "SPOOL_BYTES",
@@ -70,11 +71,15 @@ def arrow_compression(codec: str) -> ArrowCodec | None:
 def arrow_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
     """(file system, path) of a sink URI for pyarrow, None when pyarrow cannot write there (the batch then
     writes through Spark). Plain paths are local, relative ones resolved against the working directory,
-    as Spark resolves them."""
+    as Spark resolves them. On S3 a stream opens when it first uploads (`allow_delayed_open`): an object smaller
+    than a part, as every staged file of a batch of ordinary size, is then one PUT, not a multipart upload's
+    three requests (its errors come at the stream's close, where every write here ends)."""
     if "://" not in uri:
         if ":" in uri.split("/", 1)[0]:  # a Hadoop URI such as file:/x or s3a:/x: leave it to Spark
             return None
         return pafs.LocalFileSystem(), os.path.abspath(uri)
+    if uri.startswith("s3://") and "?" not in uri:
+        uri += "?allow_delayed_open=true"
     try:
         return pafs.FileSystem.from_uri(uri)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
@@ -85,20 +90,22 @@ def arrow_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
 class ArrowStagedWriter:
     """Writes the checked rows of spans into one attempt's staging areas (pickled into the tasks)."""
 
-    sink: SinkLayout
-    quarantine: SinkLayout
+    sink: StagedDirs
+    quarantine: StagedDirs
     attempt: str
     compression: str
     checker: RecordChecker
     arrow_transform: ArrowTransform | None = None
 
-    def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> None:
+    def write_span(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> WrittenSpan:
         """Write every checked batch of `span`: valid rows (through the Arrow transform, if any) to the sink
-        staging, failed ones to quarantine."""
+        staging, failed ones to quarantine; what was written (`WrittenSpan`: the files, their footers, the span's
+        digest sides and sink shape, so the driver need not read them back)."""
         codec = arrow_compression(self.compression)
         name = span_file_name(span)
         sink = SpanFile(self.sink.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
         quarantine = SpanFile(self.quarantine.staged_range_dir(self.attempt, span.topic, span.partition), name, codec)
+        bounds = (span.from_offset, span.until_offset)
         try:
             for batch in checked:
                 failed = batch.column(REASON_COLUMN).null_count < batch.num_rows
@@ -108,11 +115,21 @@ class ArrowStagedWriter:
                 sink.write(rows, rows.schema)
                 if failed:
                     quarantine.write(self.checker.quarantine_rows(batch), self.checker.quarantine_schema)
-            sink.commit()
-            quarantine.commit()
+            sink_file, sink_rows = sink.commit(digest=True)
+            quarantine_file, quarantine_rows = quarantine.commit(digest=True)
         finally:
             sink.abandon()
             quarantine.abandon()
+        return WrittenSpan(
+            span.topic,
+            span.partition,
+            *bounds,
+            sink=sink_file,
+            quarantine=quarantine_file,
+            sink_side=None if sink_rows is None else side(sink_rows, *bounds),
+            quarantine_side=None if quarantine_rows is None else side(quarantine_rows, *bounds),
+            shape=None if sink_rows is None else _shape(sink_rows),
+        )
 
     def pass_valid(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Write `span`'s failed rows to the quarantine staging and yield its valid rows (checked batches without
@@ -155,6 +172,12 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return found
 
 
+def _shape(rows: list[pa.Table]) -> OutputShape:
+    """The shape of a span's sink rows by offset (cohort.pipelines.sink.counts)."""
+    offsets = [chunk for t in rows for chunk in pc.struct_field(t.column(KAFKA_COLUMN), "offset").chunks]
+    return OutputShape.of(pa.chunked_array(offsets, pa.int64()))
+
+
 def span_file_name(span: OffsetSpan) -> str:
     """The name (without `.parquet`) of a reading task's file for `span`: a retried task rewrites the same name."""
     return f"part-{span.from_offset}-{span.until_offset}"
@@ -184,6 +207,11 @@ class _Spool:
 
     def tell(self) -> int:
         return self._size
+
+    @property
+    def in_memory(self) -> pa.Buffer | None:
+        """The bytes written so far while they are all in memory (None once streamed to the temporary object)."""
+        return None if self._memory is None else self._memory.getvalue()
 
     def flush(self) -> None:
         pass
@@ -222,6 +250,7 @@ class SpanFile:
         self._compression = compression
         self._writer: Any = None
         self._spool: _Spool | None = None
+        self._footers: list[pq.FileMetaData] = []
 
     def write(self, rows: pa.Table, schema: pa.Schema) -> None:
         if not rows.num_rows:
@@ -250,18 +279,33 @@ class SpanFile:
             filesystem=None if self._spool is not None else self._fs,
             compression=compression,
             use_dictionary=dictionary_columns(schema),  # type: ignore[arg-type]  # (stubs: bool only)
+            metadata_collector=self._footers,
         )
 
-    def commit(self) -> None:
-        """Close the file and make it appear under its final name (nothing happens when no row was written)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            if self._spool is not None:
-                self._spool.commit()
-                self._spool = None
-            else:
-                self._fs.move(self._temporary, f"{self._dir}/{self._name}")
+    def commit(self, *, digest: bool = False) -> tuple[StagedFile | None, list[pa.Table] | None]:
+        """Close the file and make it appear under its final name (nothing happens when no row was written); the
+        file written (None without rows), and with `digest` its rows as read back from the bytes written (from
+        memory, or the local file: no round trip), [] without rows, None when no copy was at hand (a file that
+        outgrew the spool)."""
+        if self._writer is None:
+            return None, []
+        self._writer.close()
+        self._writer = None
+        footer = self._footers[-1]
+        final = f"{self._dir}/{self._name}"
+        rows: list[pa.Table] | None = None
+        if self._spool is not None:
+            spool, self._spool = self._spool, None
+            if digest and spool.in_memory is not None:
+                rows = [pq.read_table(pa.BufferReader(spool.in_memory))]
+            size = spool.tell()
+            spool.commit()
+        else:
+            size = self._fs.get_file_info(self._temporary).size
+            if digest:
+                rows = [pq.read_table(self._temporary, filesystem=self._fs)]
+            self._fs.move(self._temporary, final)
+        return StagedFile(self.directory, self._name, int(size), footer), rows
 
     def abandon(self) -> None:
         """After a failure: close and delete the temporary file, if any (on an object store: drop the spool, so no
@@ -294,11 +338,14 @@ class ArrowFs:
         return self._info(uri)[2].type != pafs.FileType.NotFound
 
     def list_names(self, uri: str) -> list[str]:
-        """Names directly under `uri`; [] when it does not exist."""
-        fs, path, info = self._info(uri)
-        if info.type != pafs.FileType.Directory:
+        """Names directly under `uri`; [] when it does not exist or is a file. One listing (on an object store one
+        request: no existence check first)."""
+        fs, path = self._resolve(uri)
+        try:
+            found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except NotADirectoryError:
             return []
-        return sorted(entry.base_name for entry in fs.get_file_info(pafs.FileSelector(path)))
+        return sorted(entry.base_name for entry in found)
 
     def delete(self, uri: str) -> None:
         fs, path, info = self._info(uri)
@@ -415,10 +462,7 @@ class ArrowFs:
     def offset_shape(self, uri: str) -> OutputShape:
         """The rows of the Parquet files directly under `uri` by their `kafka.offset` (that column only is read).
         Driver side: its imports (pyarrow.dataset loads pandas) stay out of the reading tasks."""
-        import pyarrow.compute as pc
         import pyarrow.dataset as ds
-
-        from cohort.pipelines.sink.counts import OutputShape
 
         fs, path = self._resolve(uri)
         files = [f"{path}/{n}" for n in self.list_names(uri) if n.endswith(".parquet") and n[0] not in "_."]

@@ -46,7 +46,8 @@ def remove_actions(actions: pa.Table, removes: Sequence[DataFile]) -> list[Remov
 
 def checked_add_action(root: str, filesystem: pafs.FileSystem, new: NewFile) -> AddAction:
     """The `add` of a file the batch wrote under the table's `root`, after checking through `filesystem` (the table's
-    own object store) that it is where and what the batch says."""
+    own object store) that it is where and what the batch says: its size, and its rows and statistics from its
+    footer (the one its writer reported, else read from the file)."""
     if not _RELATIVE_PATH.fullmatch(new.path) or any(part in (".", "..") for part in new.path.split("/")):
         raise ValueError(
             f"data file {new.path!r} of Delta table {root}: paths are relative to the table root and made "
@@ -64,7 +65,7 @@ def checked_add_action(root: str, filesystem: pafs.FileSystem, new: NewFile) -> 
             "nothing was committed (a partial or replaced file?)"
         )
     try:
-        metadata = pq.read_metadata(new.path, filesystem=filesystem)
+        metadata = new.footer if new.footer is not None else pq.read_metadata(new.path, filesystem=filesystem)
     except (OSError, DeltaError, pa.ArrowException) as error:
         raise ValueError(f"data file {root}/{new.path} is not a readable Parquet file: {short_error(error)}") from error
     if metadata.num_rows != new.records:

@@ -7,14 +7,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile
 from pyiceberg.manifest import DataFile as IcebergFile
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from cohort.pipelines.tables.store import DataFile, NewFile, parse_data_path
 
-__all__ = ["check_files_exist", "live_files", "referenced_paths", "relative_path", "snapshot_entries"]
+__all__ = [
+    "ReportedFooters",
+    "check_files_exist",
+    "live_files",
+    "referenced_paths",
+    "relative_path",
+    "snapshot_entries",
+]
 
 
 def check_files_exist(root: str, adds: Sequence[NewFile]) -> None:
@@ -95,3 +105,44 @@ def referenced_paths(table: Table, root: str) -> tuple[list[str], Iterator[str]]
         reverse=True,
     )
     return listed, (path for snapshot in others for path in paths(snapshot))
+
+
+class _FooterOnly(InputFile):
+    """A data file as pyiceberg reads it for its statistics: its real size, and as its content its footer alone (a
+    footer-only Parquet file, which pyarrow's metadata reader reads as it reads the file's own)."""
+
+    def __init__(self, location: str, size: int, footer: pq.FileMetaData) -> None:
+        super().__init__(location)
+        self._size = size
+        stream = pa.BufferOutputStream()
+        footer.write_metadata_file(stream)
+        self._footer = stream.getvalue()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def exists(self) -> bool:
+        return True
+
+    def open(self, seekable: bool = True) -> InputStream:
+        return pa.BufferReader(self._footer)
+
+
+class ReportedFooters(FileIO):
+    """A FileIO that serves one data file from the size and footer its writer reported, so pyiceberg's statistics of
+    it (`parquet_file_to_data_file`) fetch nothing; it serves only that file, for reading."""
+
+    def __init__(self, location: str, size: int, footer: pq.FileMetaData) -> None:
+        super().__init__()
+        self._file = _FooterOnly(location, size, footer)
+
+    def new_input(self, location: str) -> InputFile:
+        if location != self._file.location:
+            raise ValueError(f"only {self._file.location} is served here, not {location}")
+        return self._file
+
+    def new_output(self, location: str) -> OutputFile:
+        raise NotImplementedError("reported footers are read-only")
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise NotImplementedError("reported footers are read-only")

@@ -52,6 +52,7 @@ from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.tables.iceberg.catalog import ReusingSqlCatalog, create_catalog_tables, file_io_properties
 from cohort.pipelines.tables.iceberg.errors import catalog_errors, first_line, schema_mismatch
 from cohort.pipelines.tables.iceberg.files import (
+    ReportedFooters,
     check_files_exist,
     live_files,
     referenced_paths,
@@ -311,9 +312,12 @@ class IcebergTableStore:
                 append.append_data_file(data_file)
 
     def _data_file(self, table: Table, metadata: TableMetadata, new: NewFile) -> IcebergFile:
-        """The Iceberg data file of an added Parquet file, from its footer (statistics, row count)."""
+        """The Iceberg data file of an added Parquet file, from its footer (statistics, row count): the one its writer
+        reported, else read from the file (its size was checked before: `check_files_exist`)."""
+        location = f"{self.root}/{new.path}"
+        io = table.io if new.footer is None else ReportedFooters(location, new.size, new.footer)
         try:
-            data_file = parquet_file_to_data_file(table.io, metadata, f"{self.root}/{new.path}")
+            data_file = parquet_file_to_data_file(io, metadata, location)
         except ValueError as error:
             raise TableSchemaError(
                 f"{new.path}: the file's columns do not fit the schema of {self.identifier}: {schema_mismatch(error)}"

@@ -75,3 +75,37 @@ def test_on_s3_a_commit_the_ledger_never_saw_is_adopted(
     assert table_offsets(spec) == sink and table_offsets(spec, quarantine=True) == bad
     history = ledger.coordinator.run_ledger_history(ledger.group, "died-after-table")
     assert all(e.note == "adopted from the sink table" for e in history) and len(history) == 2
+
+
+@FORMATS
+def test_on_s3_the_tasks_write_the_tables_files_straight_into_place(
+    table_format, monkeypatch, s3_env, tmp_path, spark, kafka_config, topic_factory, produce_records, ledger
+) -> None:
+    """Nothing is staged and copied on an object store: at the sink table's commit every file already sits in its
+    data directory; a batch that dies there deletes its uncommitted files, and the next one lands every record once."""
+    topic = topic_factory(2)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    spec = s3_spec(s3_env, table_format, tmp_path)
+    produce_records(topic, records(0, 30))
+    seen: list[str] = []
+
+    def look_then_die(change: Any) -> None:
+        seen.extend(s3_env.object_keys("lake/orders"))
+        die(change)
+
+    hook(monkeypatch, sink={"before": look_then_die})
+    with pytest.raises(Died):
+        run_batch(spark, spec, kafka_config, tps, ledger, run_id="died-before-sink")
+    placed = [k for k in seen if "/data/topic=" in k and k.endswith(".parquet")]
+    assert len(placed) >= 2 and all("/partition=" in k for k in placed)  # both partitions' sink files, in place
+    assert not [k for k in seen if "/_staging/" in k and not k.endswith("/")]  # nothing went through staging
+    left = s3_env.object_keys("lake/orders")
+    sink_files = [k for k in placed if not k.startswith("lake/orders/_quarantine")]
+    assert sink_files and not set(sink_files) & set(left)  # the failed batch deleted its uncommitted files
+    monkeypatch.undo()
+    for name, value in s3_env.server.environ().items():  # undo() took the AWS variables too
+        monkeypatch.setenv(name, value)
+    run_batch(spark, spec, kafka_config, tps, ledger, run_id="next")
+    sink, bad = expected(30)
+    assert table_offsets(spec) == sink == duckdb_offsets(spec)
+    assert table_offsets(spec, quarantine=True) == bad
