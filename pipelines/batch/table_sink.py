@@ -17,8 +17,8 @@ none of it back. What differs is how the output becomes visible:
 3. Each partition's staged output moves to `<table>/data/topic=<t>/partition=<p>/<from>-<until>-<attempt>/`
    (on an object store: written there by the tasks, or each file copied there, the staged copies deleted with the
    staging area), invisible to readers until a commit references it; a batch that dies before its commit leaves
-   them unreferenced, for the next batch's sweep (cohort.pipelines.tables.batch) or `cohort gc`. A replay removes the files holding the offsets it re-read
-   (those it cuts are rewritten without them) in the same commit.
+   them unreferenced, for the next batch's sweep (cohort.pipelines.tables.batch) or `cohort gc`. A replay removes
+   the files holding the offsets it re-read (those it cuts are rewritten without them) in the same commit.
 4. The quarantine table commits (when the batch quarantined or replaced something there), then the sink table:
    each one atomic commit that also moves the partitions' marks with a compare-and-set
    (cohort.pipelines.tables.store), so a zombie fenced in the table, or a second attempt of a commit that

@@ -1,8 +1,8 @@
 """What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else.
 
 `EXECUTOR_MODULES` names every module of Cohort a reading task may import, here and in the other rooms whose code
-runs in the tasks (formats/, sink/layout, replay/digest, tables/store, storage/moves): the worker daemon preloads from it
-(cohort.pipelines.tasks.python_daemon), tests/packaging/test_lean_imports.py holds each to light imports, and
+runs in the tasks (formats/, sink/layout, replay/digest, tables/store, storage/moves): the worker daemon preloads
+from it (cohort.pipelines.tasks.python_daemon), tests/packaging/test_lean_imports.py holds each to light imports, and
 docs/architecture.md lists them (a test compares). Importing this package imports nothing else.
 """
 
