@@ -83,7 +83,7 @@ def probe_root(uri: str, *, write: bool, environ: Mapping[str, str] | None = Non
     doing = f"list {uri}"
     try:
         retries = pafs.AwsStandardS3RetryStrategy(max_attempts=_ATTEMPTS)
-        fs = pafs.S3FileSystem(retry_strategy=retries, allow_delayed_open=True, **kwargs)  # type: ignore[arg-type]
+        fs = pafs.S3FileSystem(retry_strategy=retries, allow_delayed_open=True, **kwargs)  # type: ignore[arg-type,call-arg]
         fs.get_file_info(pafs.FileSelector(f"{bucket}/{prefix}".rstrip("/"), allow_not_found=True))
         if write:
             doing = f"write under {uri}"
