@@ -42,6 +42,7 @@ system-deps:
 kafka-jars: $(STAMP) system-deps
 	@$(PY) -m harness.kafka_broker >/dev/null
 	@$(PY) -m harness.spark_kafka >/dev/null
+	@$(PY) -m harness.spark_s3 >/dev/null
 
 demo: $(STAMP)
 	$(PY) -m cohort.demo

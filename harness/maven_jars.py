@@ -1,6 +1,7 @@
 """Jars a pinned pom names, resolved once by Maven and kept in the user's cache folder, keyed by the pom's hash.
 
-The test broker (harness/kafka/pom.xml) and Spark's own Kafka source (harness/spark_kafka/pom.xml) come this way:
+The test broker (harness/kafka/pom.xml), Spark's own Kafka source (harness/spark_kafka/pom.xml) and Hadoop's S3A file
+system for Spark (harness/spark_s3/pom.xml) come this way:
 Maven's default configuration resolves the pom's runtime dependencies on first use (`offline`: from ~/.m2 only),
 later runs need neither Maven nor the network.
 """
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["MavenJarsError", "cached_jars"]
+__all__ = ["MavenJarsError", "cached_jars", "jars_pyspark_lacks"]
+
+_VERSIONED = re.compile(r"^(?P<name>.+?)-\d[\w.\-]*\.jar$")
 
 
 class MavenJarsError(RuntimeError):
@@ -56,3 +60,17 @@ def cached_jars(pom: Path, kind: str, *, offline: bool = False) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _artifact(jar: Path) -> str:
+    found = _VERSIONED.match(jar.name)
+    return found.group("name") if found else jar.stem
+
+
+def jars_pyspark_lacks(folder: Path) -> list[Path]:
+    """The jars under `folder` whose artifact PySpark does not ship itself, sorted: what a session adds
+    (`spark.jars`), never a second copy of a jar PySpark has (Scala, Hadoop, netty, snappy ...)."""
+    import pyspark
+
+    shipped = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(jar for jar in folder.glob("*.jar") if _artifact(jar) not in shipped)

@@ -9,34 +9,19 @@ provider), never a second copy of a jar PySpark has (Scala, Hadoop, snappy ...).
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
-from harness.maven_jars import cached_jars
+from harness.maven_jars import cached_jars, jars_pyspark_lacks
 
 __all__ = ["POM", "spark_jars_conf", "spark_kafka_jars"]
 
 POM = Path(__file__).resolve().parent / "spark_kafka" / "pom.xml"
-_VERSIONED = re.compile(r"^(?P<name>.+?)-\d[\w.\-]*\.jar$")
-
-
-def _artifact(jar: Path) -> str:
-    found = _VERSIONED.match(jar.name)
-    return found.group("name") if found else jar.stem
-
-
-def _pyspark_artifacts() -> set[str]:
-    import pyspark
-
-    return {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
 
 
 def spark_kafka_jars(*, offline: bool = False) -> list[Path]:
     """The connector's jars PySpark lacks, sorted; resolved by Maven once (harness/maven_jars.py)."""
-    shipped = _pyspark_artifacts()
-    folder = cached_jars(POM, "spark-kafka-jars", offline=offline)
-    return sorted(jar for jar in folder.glob("*.jar") if _artifact(jar) not in shipped)
+    return jars_pyspark_lacks(cached_jars(POM, "spark-kafka-jars", offline=offline))
 
 
 def spark_jars_conf(*, offline: bool = False) -> dict[str, str]:

@@ -46,6 +46,14 @@ def arrow_offsets(root: str) -> list[tuple[str, int, int]]:
     return object_offsets(root)
 
 
+def spark_offsets(root: str) -> list[tuple[str, int, int]]:
+    """The same rows as a Spark session reads them through Hadoop's S3A file system (a session of its own, in a
+    child process: harness.spark_s3), with this process's AWS variables."""
+    from harness.spark_s3 import spark_offsets as read
+
+    return read(root, {k: os.environ[k] for k in AWS_VARIABLES if k in os.environ})
+
+
 def duckdb_offsets(root: str) -> list[tuple[str, int, int]]:
     """The same rows as DuckDB counts them, scanning the pyarrow dataset of `root`."""
     return object_offsets(root, duckdb=True)

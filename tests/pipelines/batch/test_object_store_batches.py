@@ -1,8 +1,8 @@
 """The Parquet sink on an object store through `run_batch` (real broker, real Spark, the S3 server): each committed
-range lands as one object that readers (pyarrow.dataset, DuckDB) see whole or not at all; a batch that dies in its
-publish is finished by the next batch; a replay replaces its offsets without ever showing one twice; and a bad
-configuration (wrong endpoint, wrong keys, missing bucket, no write permission) fails the batch before anything is
-read or committed, in one line that names the cause and never the secret.
+range lands as one object that readers (pyarrow.dataset, DuckDB, Spark through S3A) see whole or not at all; a batch
+that dies in its publish is finished by the next batch; a replay replaces its offsets without ever showing one twice;
+and a bad configuration (wrong endpoint, wrong keys, missing bucket, no write permission) fails the batch before
+anything is read or committed, in one line that names the cause and never the secret.
 
 Before the object-store publish, a batch on an `s3://` root committed its ranges and then failed its publish
 (pyarrow cannot move a directory on S3), so every test here that lands data fails on that code.
@@ -24,7 +24,7 @@ from cohort.pipelines.storage.preflight import ObjectStoreError
 from cohort.pipelines.tasks.writer import ArrowFs
 from harness.s3_server import S3Credentials
 from tests.fixtures.s3 import S3Bucket
-from tests.support.object_store import arrow_offsets, duckdb_offsets, spark_environ
+from tests.support.object_store import arrow_offsets, duckdb_offsets, spark_environ, spark_offsets
 from tests.support.orders import ORDER_SCHEMA, order
 
 
@@ -47,6 +47,7 @@ def test_a_batch_lands_each_range_as_one_object_that_readers_see_once(
     expected = sorted((topic, i % 2, i // 2) for i in range(60) if i != 7)
     assert arrow_offsets(s3_env.root) == expected
     assert duckdb_offsets(s3_env.root) == expected
+    assert spark_offsets(s3_env.root) == expected
     assert arrow_offsets(spec.quarantine_root) == [(topic, 1, 3)]
     for p in (0, 1):
         prefix = f"lake/topic={topic}/partition={p}/{topic}-{p}-0-30.parquet/"
@@ -124,6 +125,7 @@ def test_a_replay_on_s3_replaces_its_offsets_and_never_shows_one_twice(
     assert (part.from_offset, part.until_offset, part.records) == (30, 100, 70)
     assert looks and all(len(look) == len(set(look)) for look in looks), "a reader saw an offset twice"
     assert [o for _t, _p, o in arrow_offsets(s3_env.root)] == list(range(100))
+    assert [o for _t, _p, o in spark_offsets(s3_env.root)] == list(range(100))
     partition = f"lake/topic={topic}/partition=0/"
     dirs = sorted({k.removeprefix(partition).split("/", 1)[0] for k in s3_env.object_keys(partition)} - {""})
     assert dirs == [f"{topic}-0-0-30.parquet", f"{topic}-0-30-100.parquet"]
