@@ -3,7 +3,7 @@
 A batch's reading tasks read, decode, check and write inside Spark's Python workers, where their CPU is one
 figure. `stage_cpu` runs the same work in this process over the same records, one stage at a time, with the
 batch's own functions (cohort.pipelines.tasks.reader.read_range, the spec's RecordChecker, ArrowStagedWriter,
-cohort.pipelines.replay.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
+cohort.pipelines.sink.digest), and returns each stage's CPU seconds (of this process, librdkafka's threads included):
 
 - `read`: the raw Arrow batches as the tasks read them (cohort.pipelines.tasks.reader: the consumer in C where it was
   built); `read_python` is the same read through confluent-kafka's Python consumer, the peer (not in the sum);
@@ -28,7 +28,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from cohort.pipelines.replay.digest import digest, read_dirs
+from cohort.pipelines.replay.check import read_dirs
+from cohort.pipelines.sink.digest import digest
 from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.spec import PipelineSpec
 from cohort.pipelines.tasks.reader import OffsetSpan, open_consumer, read_range

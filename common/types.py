@@ -32,7 +32,7 @@ class OffsetRange:
     records a user transform dropped, `expanded` the rows a flattening transform wrote beyond one per record, so
     the range consumed `records - expanded + quarantined + filtered` records (`consumed`). A range with a
     `gap_reason` records offsets that could not be read (e.g. deleted by retention) and holds no records.
-    `content_hash` is the digest of what the range wrote (cohort.pipelines.replay.digest), `note` a remark the
+    `content_hash` is the digest of what the range wrote (cohort.pipelines.sink.digest), `note` a remark the
     ledger keeps with it (a replay says whether its output changed): annotations, not part of a range's identity
     (equality compares the offsets and the counts).
     """

@@ -306,7 +306,7 @@ def _migrate(conn: Connection, found: int) -> None:
         if "note" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN note TEXT"))
     if found < 4:
-        # Version 4 records the digest of what each range wrote (cohort.pipelines.replay.digest).
+        # Version 4 records the digest of what each range wrote (cohort.pipelines.sink.digest).
         present = {c["name"] for c in sa.inspect(conn).get_columns("cohort_offset_ranges")}
         if "content_hash" not in present:
             conn.execute(sa.text("ALTER TABLE cohort_offset_ranges ADD COLUMN content_hash VARCHAR(64)"))

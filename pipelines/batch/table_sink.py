@@ -47,7 +47,7 @@ from cohort.pipelines.batch.sink import OutputDirs, StagedRows
 from cohort.pipelines.batch.stage import timed
 from cohort.pipelines.planning.plan import BatchPlan
 from cohort.pipelines.sink.counts import StagedCounts
-from cohort.pipelines.sink.layout import SinkError, SinkFs, SinkLayout, StagedDirs
+from cohort.pipelines.sink.layout import DataDirLayout, SinkError, SinkFs, SinkLayout, StagedDirs
 from cohort.pipelines.storage.moves import copy_files, is_object_store
 from cohort.pipelines.storage.parallel import in_parallel
 from cohort.pipelines.storage.preflight import probe_root
@@ -55,7 +55,6 @@ from cohort.pipelines.tables import batch as table_batch
 from cohort.pipelines.tables.batch import TablePair, reconcile_tables
 from cohort.pipelines.tables.store import (
     BatchRecord,
-    DataDirLayout,
     DataFile,
     NewFile,
     Owner,
@@ -368,10 +367,13 @@ class TableSink:
         files, so nothing is copied into place); else the staging areas at the tables' roots."""
         if not (tasks_write and self._object_store()):
             return self.sink, self.quarantine
-        ranges = tuple(
-            (p.tp.topic, p.tp.partition, p.from_offset, p.until_offset) for p in plan.partitions if p.must_commit
+        directories = tuple(
+            (*p.tp, data_dir(p.tp, p.from_offset, p.until_offset, self.attempt))
+            for p in plan.partitions
+            if p.must_commit
         )
-        return DataDirLayout(self.tables.sink.root, ranges), DataDirLayout(self.tables.quarantine.root, ranges)
+        sink, quarantine = self.tables.sink.root, self.tables.quarantine.root
+        return DataDirLayout(sink, self.attempt, directories), DataDirLayout(quarantine, self.attempt, directories)
 
     def _object_store(self) -> bool:
         """Whether both tables are on an object store (no rename: placing a staged file is a copy)."""

@@ -74,15 +74,21 @@ class KafkaOffsetMirror:
 
         Not the admin API's AlterConsumerGroupOffsets: when the group's coordinator broker dies during that call,
         librdkafka 2.16 can abort the whole process (an assertion in its request queue), which a plain commit
-        does not reach. The commit is asynchronous and polled against a deadline, so a coordinator that does not
-        answer costs `timeout_s`, never the consumer's session timeout."""
+        does not reach. The commit is asynchronous and polled against a deadline, and the consumer's session timeout
+        (what its close waits for an unanswered commit) is `timeout_s` too, so a coordinator that does not answer
+        costs about twice `timeout_s`, never the 45 s default session timeout."""
         answers: list[tuple[Any, list[KafkaTopicPartition]]] = []
+        session_ms = max(1000, int(self.timeout_s * 1000))
         settings = {
             **self.config,
             "group.id": group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "socket.timeout.ms": int(self.timeout_s * 1000),
+            # close() waits for an unanswered commit up to the session timeout (45 s by default): bound it too (the
+            # consumer never joins the group, so no broker sees it)
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": max(1, session_ms // 3),
             "on_commit": lambda error, partitions: answers.append((error, partitions)),
         }
         consumer = Consumer(settings)

@@ -10,7 +10,7 @@ reaches records none and compares nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,13 +21,13 @@ import pyarrow.fs as pafs
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.planning.plan import BatchPlan, PartitionPlan
-from cohort.pipelines.replay.digest import digest, read_dirs
 from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.sink.digest import digest
 from cohort.pipelines.sink.layout import SinkFs
 from cohort.pipelines.tasks.writer import ArrowFs, arrow_filesystem
 from cohort.pipelines.tasks.written import WrittenSpan
 
-__all__ = ["HeldOutput", "OutputCheck", "ReplayChangedError", "check_outputs", "refuse_changed"]
+__all__ = ["HeldOutput", "OutputCheck", "ReplayChangedError", "check_outputs", "read_dirs", "refuse_changed"]
 
 
 class ReplayChangedError(RuntimeError):
@@ -56,6 +56,22 @@ class OutputCheck:
             return None
         lo, hi = self.compared
         return f"replay of [{lo}, {hi}): output {'changed' if self.changed else 'unchanged'}"
+
+
+def read_dirs(filesystem: pafs.FileSystem, directories: Iterable[str]) -> list[pa.Table]:
+    """The rows of the Parquet files directly under each directory (names starting with `_` or `.` skipped). Driver
+    side: pyarrow.dataset (which loads pandas) stays out of the reading tasks, which import `side`."""
+    import pyarrow.dataset as ds
+
+    tables = []
+    for directory in directories:
+        infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        files = sorted(
+            i.path for i in infos if i.is_file and i.base_name.endswith(".parquet") and i.base_name[0] not in "_."
+        )
+        if files:
+            tables.append(ds.dataset(files, filesystem=filesystem, format="parquet").to_table())
+    return tables
 
 
 def _tables(directories: Sequence[str]) -> list[pa.Table]:

@@ -56,6 +56,7 @@ __all__ = [
     "MARKER_PREFIX",
     "RANGE_PREFIX",
     "STAGING",
+    "DataDirLayout",
     "HadoopFs",
     "SinkError",
     "SinkFs",
@@ -99,10 +100,39 @@ class TreeEntry:
 
 class StagedDirs(Protocol):
     """Where a batch attempt's outputs are written before they are visible: a `SinkLayout`'s staging area, or a
-    table's own data directories on an object store (cohort.pipelines.tables.store.DataDirLayout)."""
+    table's own data directories on an object store (`DataDirLayout`)."""
 
     def staging_root(self, attempt: str) -> str: ...
     def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class DataDirLayout:
+    """A table's data directories as the place one batch attempt's reading tasks write its files (a `StagedDirs`),
+    used on an object store: each range's files go straight to its data directory (`directories`: (topic,
+    partition, directory under `root`), made by cohort.pipelines.batch.table_sink), where readers see nothing until a
+    commit references them, instead of into the staging area and then, one server-side copy each, into place.
+    Pickled into the tasks."""
+
+    root: str
+    attempt: str
+    directories: tuple[tuple[str, int, str], ...]
+
+    def staging_root(self, attempt: str) -> str:
+        """The attempt's staging area at the table's root (where nothing is written)."""
+        if not attempt.isalnum():
+            raise ValueError(f"attempt ids are alphanumeric, got {attempt!r}")
+        return f"{self.root}/{STAGING}/{attempt}"
+
+    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
+        """The data directory of the partition's planned range; KeyError for a partition outside the plan,
+        ValueError for another attempt."""
+        if attempt != self.attempt:
+            raise ValueError(f"this layout is attempt {self.attempt}'s, not {attempt}'s")
+        for t, p, directory in self.directories:
+            if (t, p) == (topic, partition):
+                return f"{self.root}/{directory}"
+        raise KeyError(f"{topic}-{partition} has no planned range in this batch")
 
 
 class SinkFs(Protocol):

@@ -31,13 +31,11 @@ import pyarrow.parquet as pq
 
 from cohort.common.names import validate_group_name, validate_topic_name
 from cohort.common.types import OffsetRange, TopicPartition
-from cohort.pipelines.sink.names import STAGING
 from cohort.pipelines.tasks.spans import validate_partition
 
 __all__ = [
     "DATA_DIR",
     "BatchRecord",
-    "DataDirLayout",
     "DataFile",
     "NewFile",
     "Owner",
@@ -114,30 +112,6 @@ def data_dir(tp: TopicPartition, from_offset: int, until_offset: int, attempt: s
         raise ValueError(f"invalid offset range [{from_offset}, {until_offset}) for {tp}")
     partition = validate_partition(tp.topic, tp.partition)
     return f"{DATA_DIR}/topic={tp.topic}/partition={partition}/{from_offset}-{until_offset}-{attempt}"
-
-
-@dataclass(frozen=True)
-class DataDirLayout:
-    """A table's data directories as the place a batch's reading tasks write their files (a `StagedDirs`), used on an
-    object store: each range's files go straight to `data_dir` of its planned `ranges` ((topic, partition, from,
-    until)), where readers see nothing until a commit references them, instead of into the staging area and then,
-    one server-side copy each, into place. Pickled into the tasks."""
-
-    root: str
-    ranges: tuple[tuple[str, int, int, int], ...]
-
-    def staging_root(self, attempt: str) -> str:
-        """The attempt's staging area at the table's root (where nothing is written)."""
-        if not attempt.isalnum():
-            raise ValueError(f"attempt ids are alphanumeric, got {attempt!r}")
-        return f"{self.root}/{STAGING}/{attempt}"
-
-    def staged_range_dir(self, attempt: str, topic: str, partition: int) -> str:
-        """The data directory of the partition's planned range; KeyError for a partition outside the plan."""
-        for t, p, from_offset, until_offset in self.ranges:
-            if (t, p) == (topic, partition):
-                return f"{self.root}/{data_dir(TopicPartition(t, p), from_offset, until_offset, attempt)}"
-        raise KeyError(f"{topic}-{partition} has no planned range in this batch")
 
 
 @dataclass(frozen=True, order=True)

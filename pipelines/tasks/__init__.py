@@ -1,7 +1,7 @@
 """What runs on Spark's executors: the reading tasks (read, decode, check, write) and nothing else.
 
 `EXECUTOR_MODULES` names every module of Cohort a reading task may import, here and in the other rooms whose code
-runs in the tasks (formats/, sink/layout, replay/digest, tables/store, storage/moves): the worker daemon preloads
+runs in the tasks (formats/, sink/layout, sink/digest, sink/counts, storage/moves): the worker daemon preloads
 from it (cohort.pipelines.tasks.python_daemon), tests/packaging/test_lean_imports.py holds each to light imports, and
 docs/architecture.md lists them (a test compares). Importing this package imports nothing else.
 """
@@ -38,8 +38,7 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "cohort.pipelines.sink.layout",
     "cohort.pipelines.sink.names",
     "cohort.pipelines.sink.counts",
-    "cohort.pipelines.replay.digest",
-    "cohort.pipelines.tables.store",
+    "cohort.pipelines.sink.digest",
     "cohort.pipelines.storage.moves",
 )
 """The modules a reading task may import: the read, decoding (the Schema Registry's formats too: their clients

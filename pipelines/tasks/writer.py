@@ -26,8 +26,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cohort.pipelines.formats.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN
-from cohort.pipelines.replay.digest import side
 from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.sink.digest import side
 from cohort.pipelines.sink.layout import SinkError, StagedDirs
 from cohort.pipelines.storage.moves import is_object_store
 from cohort.pipelines.tasks.arrow_transform import ArrowTransform, apply_arrow_transform

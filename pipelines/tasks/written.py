@@ -1,5 +1,5 @@
 """What a reading task reports of the files it wrote for one span, so the driver need not read them back: each file's
-place, size and Parquet footer, and the span's digest sides and sink shape (cohort.pipelines.replay.digest,
+place, size and Parquet footer, and the span's digest sides and sink shape (cohort.pipelines.sink.digest,
 cohort.pipelines.sink.counts).
 
 On an object store every read-back is round trips and bytes through the store; the task has the file's bytes at
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cohort.pipelines.replay.digest import combine
 from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.sink.digest import combine
 
 __all__ = ["StagedFile", "WrittenSpan"]
 
@@ -44,7 +44,7 @@ class StagedFile:
 @dataclass(frozen=True)
 class WrittenSpan:
     """One span's outputs as its task wrote them: the sink and quarantine files (None: no row on that side), the
-    digest side of each (`cohort.pipelines.replay.digest.side`) and the sink rows' shape by offset (each None when
+    digest side of each (`cohort.pipelines.sink.digest.side`) and the sink rows' shape by offset (each None when
     the task kept no copy of a file to read: the driver reads the files back)."""
 
     topic: str
@@ -58,7 +58,7 @@ class WrittenSpan:
     shape: OutputShape | None
 
     def digest(self) -> str | None:
-        """The span's digest (cohort.pipelines.replay.digest.combine of its sides), None when a side is unknown."""
+        """The span's digest (cohort.pipelines.sink.digest.combine of its sides), None when a side is unknown."""
         if self.sink_side is None or self.quarantine_side is None:
             return None
         return combine(self.sink_side, self.quarantine_side)

@@ -29,7 +29,7 @@ def test_the_executor_modules_are_the_declared_ones() -> None:
     """The doc points at the one declared list, and each room it names there holds modules of that list."""
     assert "cohort.pipelines.tasks.EXECUTOR_MODULES" in DOC
     rooms = {m.split(".")[2] for m in EXECUTOR_MODULES if m.startswith("cohort.pipelines.")}
-    assert rooms == {"tasks", "formats", "sink", "storage", "replay", "tables"}
+    assert rooms == {"tasks", "formats", "sink", "storage"}
 
 
 def test_the_readme_lists_every_document() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
@@ -104,6 +106,19 @@ def test_a_mirror_failure_is_reported_and_the_ledger_commit_stands(
     assert result.mirror_error is not None and "failed after 2 attempts" in result.mirror_error
     assert ledger.committed_offsets([tp]) == {tp: 5} and result.records == 5
     assert len(range_dirs(lake)) == 1
+
+
+def test_a_mirror_to_an_unreachable_kafka_gives_up_within_its_attempts_timeouts():
+    """Each attempt costs about its timeout, not the consumer's 45 s default session timeout (which its close once
+    waited for an unanswered commit)."""
+    from cohort.common.types import OffsetRange
+    from cohort.pipelines.kafka.mirror import MirrorError
+
+    down = KafkaOffsetMirror({"bootstrap.servers": "127.0.0.1:9"}, attempts=2, backoff_s=0.05, timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(MirrorError, match="failed after 2 attempts"):
+        down.mirror("g", [OffsetRange("t", 0, 0, 5)], run_id="r")
+    assert time.monotonic() - started < 20, "2 attempts of 1 s took longer than 20 s"
 
 
 def test_mirror_needs_a_valid_group(kafka_config):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from cohort.pipelines.replay.digest import digest
+from cohort.pipelines.sink.digest import digest
 
 ROWS = pa.table({"kafka": [{"offset": o} for o in range(6)], "amount": [1.5, 2.0, None, 4.0, 5.0, 6.25]})
 BAD = pa.table({"kafka": [{"offset": 6}], "_cohort_reason": ["value is not valid JSON"]})

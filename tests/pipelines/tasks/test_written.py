@@ -13,9 +13,9 @@ import pytest
 
 from cohort.common.types import TopicPartition
 from cohort.pipelines.planning.plan import BatchPlan, PartitionPlan
-from cohort.pipelines.replay.check import check_outputs
-from cohort.pipelines.replay.digest import read_dirs, side
+from cohort.pipelines.replay.check import check_outputs, read_dirs
 from cohort.pipelines.sink.counts import OutputShape
+from cohort.pipelines.sink.digest import side
 from cohort.pipelines.sink.layout import SinkLayout
 from cohort.pipelines.tasks import writer
 from cohort.pipelines.tasks.spans import OffsetSpan

@@ -5,7 +5,8 @@ A digest covers the sink rows and the quarantine rows of the range's offsets: ea
 `kafka.offset`, in one Arrow IPC stream without schema metadata (so how the files were split or which
 writer's footer notes they carry does not count, only the columns, their types and the values), hashed with
 SHA-256. The same records through the same decoding, checks and transform give the same digest, whatever the
-batch boundaries were.
+batch boundaries were. The reading tasks digest the files they write (cohort.pipelines.tasks.writer), the driver
+what it reads back (cohort.pipelines.replay.check): this module runs on both, with pyarrow alone.
 
 Example:
     >>> import pyarrow as pa
@@ -17,13 +18,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
-__all__ = ["combine", "digest", "read_dirs", "side"]
+__all__ = ["combine", "digest", "side"]
 
 
 def side(tables: Sequence[pa.Table], from_offset: int, until_offset: int) -> bytes:
@@ -60,19 +60,3 @@ def digest(sink: Sequence[pa.Table], quarantine: Sequence[pa.Table], from_offset
 def combine(sink_side: bytes, quarantine_side: bytes) -> str:
     """The digest (64 hex digits) of a range from its two sides' `side`."""
     return hashlib.sha256(sink_side + quarantine_side).hexdigest()
-
-
-def read_dirs(filesystem: pafs.FileSystem, directories: Iterable[str]) -> list[pa.Table]:
-    """The rows of the Parquet files directly under each directory (names starting with `_` or `.` skipped). Driver
-    side: pyarrow.dataset (which loads pandas) stays out of the reading tasks, which import `side`."""
-    import pyarrow.dataset as ds
-
-    tables = []
-    for directory in directories:
-        infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
-        files = sorted(
-            i.path for i in infos if i.is_file and i.base_name.endswith(".parquet") and i.base_name[0] not in "_."
-        )
-        if files:
-            tables.append(ds.dataset(files, filesystem=filesystem, format="parquet").to_table())
-    return tables
