@@ -28,6 +28,7 @@ from cohort.pipelines.tasks.read_stats import (
     READ_STATS_COLUMN,
     WRITER_STATS,
     WRITER_STATS_DDL,
+    WRITTEN_COLUMN,
     ReadStats,
     StatsRows,
     gather_read_stats,
@@ -135,8 +136,8 @@ _WRITTEN_ROW = pa.schema([f for f in WRITER_STATS.schema if f.name != READ_STATS
 def written_reports(rows: Sequence[Any]) -> tuple[ReadStats, list[WrittenSpan]]:
     """What the writing tasks read (their stats rows, gathered) and wrote (their report rows), from the collected
     rows of `checked_frame(writer=...)`."""
-    read = gather_read_stats((row[0], row[1], row[3]) for row in rows)
-    return read, [WrittenSpan.from_bytes(row[2]) for row in rows if row[2] is not None]
+    read = gather_read_stats((row["topic"], row["partition"], row[READ_STATS_COLUMN]) for row in rows)
+    return read, [WrittenSpan.from_bytes(row[WRITTEN_COLUMN]) for row in rows if row[WRITTEN_COLUMN] is not None]
 
 
 def kafka_struct() -> Column:

@@ -71,7 +71,7 @@ from cohort.pipelines.batch.commit import commit_ranges, mirror_commits, partiti
 from cohort.pipelines.batch.parquet_sink import ParquetSink
 from cohort.pipelines.batch.results import BatchResult
 from cohort.pipelines.batch.sink import BatchSink, StagedRows
-from cohort.pipelines.batch.stage import Staged, stage_outputs, tasks_write_everything, timed
+from cohort.pipelines.batch.stage import stage_outputs, timed
 from cohort.pipelines.batch.table_sink import TableSink
 from cohort.pipelines.planning.batch_plan import plan_within
 from cohort.pipelines.planning.plan import BatchPlan
@@ -131,22 +131,6 @@ def plan_for(
     return plan_within(spark, spec.limits(), kafka_config, partitions, ledger, new_partitions=new_partitions)
 
 
-def _stage(
-    spark: Any,
-    spec: PipelineSpec,
-    kafka_config: Mapping[str, Any],
-    plan: BatchPlan,
-    sink: BatchSink,
-    attempt: str,
-    stages: dict[str, float],
-) -> Staged:
-    """Stage the batch's outputs where `sink` has the attempt write them (its staging, or where it places them when
-    the reading tasks write both outputs), against what it holds already (cohort.pipelines.batch.stage)."""
-    layouts = sink.staging(plan, tasks_write=tasks_write_everything(spec, attempt))
-    held = sink.held(plan, layouts)
-    return stage_outputs(spark, spec, kafka_config, plan, sink.fs, attempt, stages, held, layouts)
-
-
 def run_batch(
     spark: Any,
     spec: PipelineSpec,
@@ -200,7 +184,7 @@ def run_batch(
     failed = True
     try:
         warnings = sink.complete(ledger, plan)
-        staged = _stage(spark, spec, kafka_config, plan, sink, attempt, stages)
+        staged = stage_outputs(spark, spec, kafka_config, plan, sink, attempt, stages)
         stats, counts, checks = staged.stats, staged.counts, staged.checks
         if spec.strict_replay:
             refuse_changed(checks)

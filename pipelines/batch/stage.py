@@ -25,8 +25,9 @@ from cohort.pipelines.batch.frames import (
     written_reports,
 )
 from cohort.pipelines.batch.results import CountMismatchError
+from cohort.pipelines.batch.sink import BatchSink
 from cohort.pipelines.planning.plan import BatchPlan
-from cohort.pipelines.replay.check import HeldOutput, OutputCheck, check_outputs
+from cohort.pipelines.replay.check import OutputCheck, check_outputs
 from cohort.pipelines.sink.counts import OutputShape, StagedCounts, account
 from cohort.pipelines.sink.layout import HadoopFs, SinkError, SinkFs, SinkLayout, StagedDirs
 from cohort.pipelines.sink.quarantine_limit import refuse_over_limit
@@ -148,18 +149,19 @@ def stage_outputs(
     spec: PipelineSpec,
     kafka_config: Mapping[str, Any],
     plan: BatchPlan,
-    fs: SinkFs,
+    output: BatchSink,
     attempt: str,
     stages: dict[str, float],
-    held: tuple[HeldOutput, HeldOutput],
-    layouts: tuple[StagedDirs, StagedDirs],
 ) -> Staged:
-    """Read, decode and validate the plan's spans once, write both outputs to staging, digest each range's
-    staged output against what the sink `held` (sink, quarantine) holds (cohort.pipelines.replay.check), count
+    """Read, decode and validate the plan's spans once, write both outputs where the `output` sink has the attempt
+    write them (its staging, or where it places them when the reading tasks write both), digest each range's
+    staged output against what the sink holds (its `held`: cohort.pipelines.replay.check), count
     the staged outputs' rows in the digest's read (`_staged_rows`; with a transform, its rows by offset too), check
     the counts and the quarantine limit (`Staged`: what was consumed, counted, checked and written). Where the
     reading tasks write, their reports of what they wrote (cohort.pipelines.tasks.written) stand in for reading a
     range's files back."""
+    layouts = output.staging(plan, tasks_write=_tasks_write_everything(spec, attempt))
+    held, fs = output.held(plan, layouts), output.fs
     if not plan.spans:
         with timed(stages, "verify"):
             return Staged({}, {}, check_outputs(fs, *held, attempt, plan))
@@ -188,7 +190,7 @@ def stage_outputs(
     else:
         stats = _read_then_write(spark, spec, kafka_config, plan, sink, quarantine, attempt, stages)
     with timed(stages, "verify"):
-        checks = check_outputs(fs, *held, attempt, plan, whole_ranges(plan, reports))
+        checks = check_outputs(fs, *held, attempt, plan, _whole_ranges(plan, reports))
         written, quarantined = _staged_rows(fs, sink, quarantine, attempt, plan, checks)
         shapes = None
         if spec.reshapes:
@@ -199,7 +201,7 @@ def stage_outputs(
     return Staged(stats, counts, checks, _by_directory(reports))
 
 
-def whole_ranges(plan: BatchPlan, reports: Iterable[WrittenSpan]) -> dict[TopicPartition, WrittenSpan]:
+def _whole_ranges(plan: BatchPlan, reports: Iterable[WrittenSpan]) -> dict[TopicPartition, WrittenSpan]:
     """The reports that describe a whole planned range (its one span), by partition: their digests and counts need
     no read-back of the range's files (cohort.pipelines.replay.check)."""
     by_tp: dict[TopicPartition, list[WrittenSpan]] = {}
@@ -259,7 +261,7 @@ def sink_file_system(spark: Any, sink: SinkLayout, quarantine: SinkLayout) -> Si
     return HadoopFs(spark)
 
 
-def tasks_write_everything(spec: PipelineSpec, attempt: str) -> bool:
+def _tasks_write_everything(spec: PipelineSpec, attempt: str) -> bool:
     """Whether the reading tasks write both outputs themselves (no Spark transform, and pyarrow writes the codec and
     both roots): the batch's files are then all reported by their writers, and may go where a sink places them."""
     layouts = SinkLayout(spec.sink_path), SinkLayout(spec.quarantine_root)

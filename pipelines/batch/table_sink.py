@@ -454,10 +454,8 @@ class TableSink:
             if failed:
                 kept = [t for t in self.tables.both() if self._keeps(t)]
                 _discard(self.fs, [t for t in self.tables.both() if t not in kept], self.attempt, plan)
-        finally:
-            for held in self.progress.held.values():  # a DataDirLayout staged nothing: no listing to delete nothing
-                if isinstance(held.staging, SinkLayout):
-                    held.staging.discard_staging(self.fs, self.attempt)
-            if not self.progress.held:  # failed before staging began: the staging areas, in case
-                self.sink.discard_staging(self.fs, self.attempt)
-                self.quarantine.discard_staging(self.fs, self.attempt)
+        finally:  # where the attempt wrote (before staging began: the staging areas, in case)
+            written = [held.staging for held in self.progress.held.values()] or [self.sink, self.quarantine]
+            for layout in written:
+                if isinstance(layout, SinkLayout):  # a DataDirLayout staged nothing: no listing to delete nothing
+                    layout.discard_staging(self.fs, self.attempt)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from cohort.common.types import TopicPartition
@@ -134,13 +133,13 @@ def _check(
 ) -> OutputCheck:
     """One range's check (see `check_outputs`)."""
     held = [layout.overlapped(fs, attempt, tp, lo, hi) for layout in (sink, quarantine)]
-    reported = None if report is None else report.digest()
-    if report is not None and reported is not None and report.shape is not None and not (held[0] or held[1]):
-        return OutputCheck(reported, shape=report.shape, staged_rows=report.staged_rows)
+    if report is not None and not (held[0] or held[1]):
+        reported = report.digest()
+        if reported is not None and report.shape is not None:
+            return OutputCheck(reported, shape=report.shape, staged_rows=report.staged_rows)
     staged = [_tables([layout.staged_range_dir(attempt, tp.topic, tp.partition)]) for layout in (sink, quarantine)]
     new = digest(staged[0], staged[1], lo, hi)
-    offsets = [chunk for t in staged[0] for chunk in pc.struct_field(t.column("kafka"), "offset").chunks]
-    shape = OutputShape.of(pa.chunked_array(offsets, pa.int64()))
+    shape = OutputShape.of_rows(staged[0])
     rows = (sum(t.num_rows for t in staged[0]), sum(t.num_rows for t in staged[1]))
     if not (held[0] or held[1]):
         return OutputCheck(new, shape=shape, staged_rows=rows)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,6 +43,12 @@ class OutputShape:
             return cls(0, 0)
         bounds = pc.min_max(offsets)
         return cls(len(offsets), pc.count_distinct(offsets).as_py(), bounds["min"].as_py(), bounds["max"].as_py())
+
+    @classmethod
+    def of_rows(cls, tables: Sequence[pa.Table]) -> OutputShape:
+        """The shape of sink rows (their `kafka` struct's `offset`), as read from a range's files or as written."""
+        offsets = [chunk for t in tables for chunk in pc.struct_field(t.column("kafka"), "offset").chunks]
+        return cls.of(pa.chunked_array(offsets, pa.int64()))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cohort.pipelines.formats.decode import KAFKA_COLUMN, RAW_VALUE_COLUMN, REASON_COLUMN
+from cohort.pipelines.formats.decode import RAW_VALUE_COLUMN, REASON_COLUMN
 from cohort.pipelines.sink.counts import OutputShape
 from cohort.pipelines.sink.digest import side
 from cohort.pipelines.sink.layout import SinkError, StagedDirs
@@ -128,7 +128,7 @@ class ArrowStagedWriter:
             quarantine=quarantine_file,
             sink_side=None if sink_rows is None else side(sink_rows, *bounds),
             quarantine_side=None if quarantine_rows is None else side(quarantine_rows, *bounds),
-            shape=None if sink_rows is None else _shape(sink_rows),
+            shape=None if sink_rows is None else OutputShape.of_rows(sink_rows),
         )
 
     def pass_valid(self, span: OffsetSpan, checked: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -170,12 +170,6 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     for field in schema:
         visit(field, "")
     return found
-
-
-def _shape(rows: list[pa.Table]) -> OutputShape:
-    """The shape of a span's sink rows by offset (cohort.pipelines.sink.counts)."""
-    offsets = [chunk for t in rows for chunk in pc.struct_field(t.column(KAFKA_COLUMN), "offset").chunks]
-    return OutputShape.of(pa.chunked_array(offsets, pa.int64()))
 
 
 def span_file_name(span: OffsetSpan) -> str:
@@ -296,8 +290,9 @@ class SpanFile:
         rows: list[pa.Table] | None = None
         if self._spool is not None:
             spool, self._spool = self._spool, None
-            if digest and spool.in_memory is not None:
-                rows = [pq.read_table(pa.BufferReader(spool.in_memory))]
+            written = spool.in_memory
+            if digest and written is not None:
+                rows = [pq.read_table(pa.BufferReader(written))]
             size = spool.tell()
             spool.commit()
         else:

@@ -66,7 +66,7 @@ class WrittenSpan:
     @property
     def staged_rows(self) -> tuple[int, int]:
         """(sink rows, quarantine rows) the span's files hold."""
-        return tuple(0 if f is None else f.rows for f in (self.sink, self.quarantine))  # type: ignore[return-value]
+        return (0 if self.sink is None else self.sink.rows, 0 if self.quarantine is None else self.quarantine.rows)
 
     def to_bytes(self) -> bytes:
         """The report as the task hands it to Spark (a binary column of its stats frame)."""
